@@ -1,0 +1,55 @@
+# nri-sysctl
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BIN       := bin/nri-sysctl
+GO        ?= go
+GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+# containerd versions the end-to-end tests run against (see README).
+E2E_CONTAINERD_VERSIONS ?= v2.4.2
+
+.PHONY: all build test unit vet fmt-check e2e setup test-all demo install clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./plugin
+
+## test: unit tests (with the race detector), go vet and the gofmt check.
+test: fmt-check vet unit
+
+unit:
+	$(GO) test -race -count=1 ./pkg/... ./plugin/...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+## setup: install what the end-to-end tests need (apt packages, containerd, crictl).
+setup:
+	test/setup.sh $(E2E_CONTAINERD_VERSIONS)
+
+## e2e: end-to-end tests against a real containerd (root).
+e2e: build
+	@for v in $(E2E_CONTAINERD_VERSIONS); do \
+		echo "=== end-to-end tests against containerd $$v"; \
+		NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v ./test/e2e/ || exit 1; \
+	done
+
+## test-all: everything CI runs, from a fresh Debian 12 machine (root).
+test-all: setup test e2e
+
+## demo: a throwaway containerd, the plugin with config/config.yaml, one pod.
+demo: setup build
+	NRI_SYSCTL_DEMO=1 $(GO) test -count=1 -v -run '^TestDemo$$' ./test/e2e/
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/nri-sysctl
+	install -D -m 0600 config/config.yaml $(DESTDIR)/etc/nri-sysctl/config.yaml
+	$(DESTDIR)$(PREFIX)/bin/nri-sysctl validate --skip-kernel-check --config $(DESTDIR)/etc/nri-sysctl/config.yaml
+
+clean:
+	rm -rf bin

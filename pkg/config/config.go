@@ -1,0 +1,481 @@
+// Package config reads and validates the nri-sysctl configuration file.
+// A file is accepted whole or rejected whole, with every problem listed.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultPath is where the plugin looks for its config.
+const DefaultPath = "/etc/nri-sysctl/config.yaml"
+
+// Entry is one sysctl from the file, with a normalized key.
+type Entry struct {
+	Key   string
+	Value string
+	Line  int
+}
+
+// Selector picks pods. In a rule every given field must match (AND); within
+// a list any item may match (OR). Globs use path.Match syntax.
+type Selector struct {
+	Namespaces      []string
+	Labels          map[string]string
+	RuntimeHandlers []string
+}
+
+// Rule adds or overrides sysctls for the pods it matches.
+type Rule struct {
+	Name    string
+	Match   Selector
+	Sysctls []Entry
+	Line    int
+}
+
+// Config is a validated configuration.
+type Config struct {
+	Source  string
+	Sysctls []Entry
+	Rules   []Rule
+	// Exclude lists pods that get nothing: a pod is excluded when any one
+	// of its criteria matches.
+	Exclude Selector
+	Mode    string
+	OnError string
+}
+
+// Modes and error policies (see the README).
+const (
+	ModeAuto      = "auto"
+	ModeSpec      = "spec"
+	ModeNamespace = "namespace"
+	OnErrorFail   = "fail"
+	OnErrorWarn   = "warn"
+)
+
+// AllKeys lists every sysctl the config can set, sorted and unique.
+func (c *Config) AllKeys() []string {
+	seen := map[string]bool{}
+	for _, e := range c.Sysctls {
+		seen[e.Key] = true
+	}
+	for _, r := range c.Rules {
+		for _, e := range r.Sysctls {
+			seen[e.Key] = true
+		}
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Problem is one reason a config was rejected.
+type Problem struct {
+	File   string
+	Line   int
+	Key    string
+	Reason string
+}
+
+func (p Problem) Error() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d", p.Line)
+	}
+	if p.Key != "" {
+		fmt.Fprintf(&b, ": %s", p.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(p.Reason)
+	return b.String()
+}
+
+// Problems is every reason a config was rejected, in file order.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.Error()
+	}
+	return fmt.Sprintf("invalid config (%d problem(s)):\n  %s", len(ps), strings.Join(lines, "\n  "))
+}
+
+// KernelChecker reports which normalized names cannot be set in a pod on this
+// kernel. sysctl.ProbeKernel is the real one.
+type KernelChecker func(names []string) (map[string]error, error)
+
+// Load reads and validates a file. check may be nil to skip the kernel probe.
+func Load(file string, check KernelChecker) (*Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, Problems{{File: file, Reason: fmt.Sprintf("cannot read config: %v", err)}}
+	}
+	return Parse(file, data, check)
+}
+
+// Parse validates config text; source names it in messages.
+func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
+	p := &parser{file: source, cfg: &Config{Source: source, Mode: ModeAuto, OnError: OnErrorFail}}
+	parsed := p.parse(data)
+	// Probe even when other problems were found, so that one run lists
+	// every problem.
+	if parsed && check != nil {
+		p.checkKernel(check)
+	}
+	if len(p.problems) > 0 {
+		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
+		return nil, p.problems
+	}
+	return p.cfg, nil
+}
+
+type parser struct {
+	file     string
+	cfg      *Config
+	problems Problems
+}
+
+func (p *parser) fail(line int, key, format string, args ...any) {
+	p.problems = append(p.problems, Problem{File: p.file, Line: line, Key: key, Reason: fmt.Sprintf(format, args...)})
+}
+
+// parse reports whether the text was YAML the rest of the checks can use.
+func (p *parser) parse(data []byte) bool {
+	if len(bytes.TrimSpace(data)) == 0 {
+		// An empty file is a valid no-op config: a node image may ship
+		// the plugin before anyone decides on values.
+		return true
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err == io.EOF {
+		// Only comments: as empty.
+		return true
+	} else if err != nil {
+		p.yamlError(err)
+		return false
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.fail(extra.Line, "", "more than one YAML document; put everything in one")
+		return false
+	} else if err != io.EOF {
+		// Text after the first document that is not even YAML.
+		p.yamlError(err)
+		return false
+	}
+	if len(doc.Content) == 0 {
+		return true
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return true
+	}
+	p.eachField(root, "", map[string]func(*yaml.Node, *yaml.Node){
+		"sysctls": func(k, v *yaml.Node) { p.cfg.Sysctls = p.sysctlMap(v, "sysctls") },
+		"rules":   func(k, v *yaml.Node) { p.rules(v) },
+		"exclude": func(k, v *yaml.Node) { p.cfg.Exclude = p.selector(v, "exclude") },
+		"mode": func(k, v *yaml.Node) {
+			p.cfg.Mode = p.oneOf(v, "mode", ModeAuto, ModeSpec, ModeNamespace)
+		},
+		"onError": func(k, v *yaml.Node) {
+			p.cfg.OnError = p.oneOf(v, "onError", OnErrorFail, OnErrorWarn)
+		},
+	})
+	return true
+}
+
+func (p *parser) yamlError(err error) {
+	p.fail(yamlErrorLine(err), "", "not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+// eachField walks a mapping, refusing unknown and duplicate fields.
+func (p *parser) eachField(n *yaml.Node, where string, fields map[string]func(k, v *yaml.Node)) {
+	if !p.isKind(n, yaml.MappingNode, where, "a mapping") {
+		return
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		name := join(where, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			p.fail(k.Line, name, "duplicate field (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		handle, ok := fields[k.Value]
+		if !ok {
+			p.fail(k.Line, name, "unknown field; known fields here: %s", knownFields(fields))
+			continue
+		}
+		handle(k, v)
+	}
+}
+
+func knownFields(fields map[string]func(k, v *yaml.Node)) string {
+	names := make([]string, 0, len(fields))
+	for n := range fields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func join(where, name string) string {
+	if where == "" {
+		return name
+	}
+	return where + "." + name
+}
+
+func (p *parser) isKind(n *yaml.Node, kind yaml.Kind, where, want string) bool {
+	if n.Kind == kind {
+		return true
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" && kind != yaml.ScalarNode {
+		// "sysctls:" with nothing after it means empty.
+		return false
+	}
+	p.fail(n.Line, where, "must be %s, got %s", want, describe(n))
+	return false
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+// sysctlMap reads a key: value mapping of sysctls, normalizing each key and
+// refusing keys that clash once normalized.
+func (p *parser) sysctlMap(n *yaml.Node, where string) []Entry {
+	if !p.isKind(n, yaml.MappingNode, where, "a mapping of sysctl: value") {
+		return nil
+	}
+	var entries []Entry
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			p.fail(k.Line, where, "sysctl name must be a plain string, got %s", describe(k))
+			continue
+		}
+		key := sysctl.Normalize(k.Value)
+		label := join(where, k.Value)
+		if first, dup := seen[key]; dup {
+			if first.Value == k.Value {
+				p.fail(k.Line, label, "duplicate key (first at line %d)", first.Line)
+			} else {
+				p.fail(k.Line, label, "same sysctl as %q at line %d, written in another form", first.Value, first.Line)
+			}
+			continue
+		}
+		seen[key] = k
+		value, ok := p.scalarValue(v, label)
+		if !ok {
+			continue
+		}
+		if err := p.checkSysctl(k.Line, label, key, value); err {
+			continue
+		}
+		entries = append(entries, Entry{Key: key, Value: value, Line: k.Line})
+	}
+	return entries
+}
+
+// scalarValue accepts YAML strings and numbers (and booleans, which some
+// sysctls read as 0/1 only when written as numbers: refuse them).
+func (p *parser) scalarValue(v *yaml.Node, label string) (string, bool) {
+	if v.Kind != yaml.ScalarNode {
+		p.fail(v.Line, label, "value must be a number or a string, got %s", describe(v))
+		return "", false
+	}
+	switch v.Tag {
+	case "!!str", "!!int", "!!float":
+		return v.Value, true
+	case "!!null":
+		p.fail(v.Line, label, "empty value")
+	case "!!bool":
+		p.fail(v.Line, label, "value %q is a YAML boolean; write 0 or 1", v.Value)
+	default:
+		p.fail(v.Line, label, "value must be a number or a string, got %s (%s)", v.Value, v.Tag)
+	}
+	return "", false
+}
+
+// checkSysctl returns true when it found a problem.
+func (p *parser) checkSysctl(line int, label, key, value string) bool {
+	bad := false
+	if err := sysctl.ValidateName(key); err != nil {
+		p.fail(line, label, "%v", err)
+		return true
+	}
+	if err := sysctl.ValidateNamespaced(key); err != nil {
+		p.fail(line, label, "%v", err)
+		bad = true
+	}
+	if err := sysctl.ValidateValue(value); err != nil {
+		p.fail(line, label, "%v", err)
+		bad = true
+	}
+	return bad
+}
+
+func (p *parser) rules(n *yaml.Node) {
+	if !p.isKind(n, yaml.SequenceNode, "rules", "a list of rules") {
+		return
+	}
+	names := map[string]int{}
+	for i, item := range n.Content {
+		where := fmt.Sprintf("rules[%d]", i)
+		if item.Kind == yaml.ScalarNode && item.Tag == "!!null" {
+			p.fail(item.Line, where, "empty rule")
+			continue
+		}
+		r := Rule{Line: item.Line}
+		hasSysctls := false
+		p.eachField(item, where, map[string]func(k, v *yaml.Node){
+			"name":  func(k, v *yaml.Node) { r.Name = p.str(v, where+".name") },
+			"match": func(k, v *yaml.Node) { r.Match = p.selector(v, where+".match") },
+			"sysctls": func(k, v *yaml.Node) {
+				hasSysctls = true
+				r.Sysctls = p.sysctlMap(v, where+".sysctls")
+			},
+		})
+		if item.Kind != yaml.MappingNode {
+			continue
+		}
+		if r.Name == "" {
+			r.Name = where
+		} else if first, dup := names[r.Name]; dup {
+			p.fail(item.Line, where+".name", "rule name %q already used at line %d", r.Name, first)
+		} else {
+			names[r.Name] = item.Line
+		}
+		if !hasSysctls {
+			p.fail(item.Line, where, "rule has no sysctls")
+		}
+		p.cfg.Rules = append(p.cfg.Rules, r)
+	}
+}
+
+func (p *parser) selector(n *yaml.Node, where string) Selector {
+	var s Selector
+	p.eachField(n, where, map[string]func(k, v *yaml.Node){
+		"namespaces":      func(k, v *yaml.Node) { s.Namespaces = p.globs(v, where+".namespaces") },
+		"runtimeHandlers": func(k, v *yaml.Node) { s.RuntimeHandlers = p.globs(v, where+".runtimeHandlers") },
+		"labels":          func(k, v *yaml.Node) { s.Labels = p.labels(v, where+".labels") },
+	})
+	return s
+}
+
+func (p *parser) globs(n *yaml.Node, where string) []string {
+	if !p.isKind(n, yaml.SequenceNode, where, "a list of names or globs") {
+		return nil
+	}
+	var out []string
+	for _, item := range n.Content {
+		g := p.str(item, where)
+		if g == "" {
+			continue
+		}
+		if _, err := path.Match(g, ""); err != nil {
+			p.fail(item.Line, where, "bad glob %q: %v", g, err)
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func (p *parser) labels(n *yaml.Node, where string) map[string]string {
+	if !p.isKind(n, yaml.MappingNode, where, "a mapping of label: value") {
+		return nil
+	}
+	out := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if _, dup := out[k.Value]; dup {
+			p.fail(k.Line, join(where, k.Value), "duplicate label")
+			continue
+		}
+		out[k.Value] = p.str(v, join(where, k.Value))
+	}
+	return out
+}
+
+func (p *parser) str(n *yaml.Node, where string) string {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.fail(n.Line, where, "must be a string, got %s", describe(n))
+		return ""
+	}
+	return n.Value
+}
+
+func (p *parser) oneOf(n *yaml.Node, where string, allowed ...string) string {
+	v := p.str(n, where)
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	if v != "" {
+		p.fail(n.Line, where, "%q is not one of: %s", v, strings.Join(allowed, ", "))
+	}
+	return allowed[0]
+}
+
+// checkKernel probes every key once in throw-away namespaces.
+func (p *parser) checkKernel(check KernelChecker) {
+	missing, err := check(p.cfg.AllKeys())
+	if err != nil {
+		p.fail(0, "", "%v", err)
+		return
+	}
+	report := func(where string, entries []Entry) {
+		for _, e := range entries {
+			if merr, bad := missing[e.Key]; bad {
+				p.fail(e.Line, join(where, e.Key), "%v (kernel probe; is the name misspelt?)", merr)
+			}
+		}
+	}
+	report("sysctls", p.cfg.Sysctls)
+	for i, r := range p.cfg.Rules {
+		report(fmt.Sprintf("rules[%d].sysctls", i), r.Sysctls)
+	}
+}
+
+// yamlErrorLine pulls "line N" out of a yaml.v3 error.
+func yamlErrorLine(err error) int {
+	var te *yaml.TypeError
+	msg := err.Error()
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg = te.Errors[0]
+	}
+	var line int
+	if i := strings.Index(msg, "line "); i >= 0 {
+		fmt.Sscanf(msg[i:], "line %d", &line)
+	}
+	return line
+}

@@ -1,0 +1,105 @@
+package podsysctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
+	sandboxapi "github.com/containerd/containerd/api/services/sandbox/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Extension names containerd's CRI plugin uses for its sandbox metadata.
+const (
+	sandboxStoreMetadataExt = "metadata"
+	pauseContainerMetaExt   = "io.cri-containerd.sandbox.metadata"
+	namespaceHeader         = "containerd-namespace"
+)
+
+// Containerd looks pods up through containerd's gRPC API.
+type Containerd struct {
+	conn       *grpc.ClientConn
+	sandboxes  sandboxapi.StoreClient
+	containers containersapi.ContainersClient
+	namespace  string
+	timeout    time.Duration
+}
+
+// NewContainerd connects lazily: the first lookup dials.
+func NewContainerd(address, namespace string) (*Containerd, error) {
+	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("containerd client for %s: %w", address, err)
+	}
+	return &Containerd{
+		conn:       conn,
+		sandboxes:  sandboxapi.NewStoreClient(conn),
+		containers: containersapi.NewContainersClient(conn),
+		namespace:  namespace,
+		timeout:    2 * time.Second,
+	}, nil
+}
+
+// Close closes the connection.
+func (c *Containerd) Close() error { return c.conn.Close() }
+
+// Fetch prefers the sandbox store's CRI metadata (the pod's own keys only),
+// then the pause container's metadata, then a sandbox spec.
+func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error) {
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, namespaceHeader, c.namespace), c.timeout)
+	defer cancel()
+
+	var errs []error
+	sb, err := c.sandboxes.Get(ctx, &sandboxapi.StoreGetRequest{SandboxID: podID})
+	if err == nil {
+		if ext := sb.GetSandbox().GetExtensions()[sandboxStoreMetadataExt]; ext != nil {
+			own, err := sysctlsFromCRIMetadata(ext.GetValue())
+			if err == nil {
+				return PodSysctls{Own: own, Source: SourceSandboxConfig}, nil
+			}
+			errs = append(errs, fmt.Errorf("sandbox store: %w", err))
+		}
+	} else if !isNotFoundOrUnimplemented(err) {
+		return PodSysctls{}, fmt.Errorf("sandbox store lookup of pod %s: %w", podID, err)
+	} else {
+		errs = append(errs, fmt.Errorf("sandbox store: %w", err))
+	}
+
+	ctr, err := c.containers.Get(ctx, &containersapi.GetContainerRequest{ID: podID})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("pause container: %w", err))
+		if spec := sb.GetSandbox().GetSpec(); spec != nil {
+			if own, err := sysctlsFromSpec(spec.GetValue()); err == nil {
+				return PodSysctls{Own: own, Source: SourceSandboxSpec}, nil
+			}
+		}
+		return PodSysctls{}, fmt.Errorf("looking up pod %s: %w", podID, errors.Join(errs...))
+	}
+	if ext := ctr.GetContainer().GetExtensions()[pauseContainerMetaExt]; ext != nil {
+		if own, err := sysctlsFromCRIMetadata(ext.GetValue()); err == nil {
+			return PodSysctls{Own: own, Source: SourceRuntimeConfig}, nil
+		}
+	}
+	if spec := ctr.GetContainer().GetSpec(); spec != nil {
+		own, err := sysctlsFromSpec(spec.GetValue())
+		if err == nil {
+			return PodSysctls{Own: own, Source: SourceSandboxSpec}, nil
+		}
+		errs = append(errs, err)
+	}
+	return PodSysctls{}, fmt.Errorf("looking up pod %s: no sysctl source: %w", podID, errors.Join(errs...))
+}
+
+func isNotFoundOrUnimplemented(err error) bool {
+	switch status.Code(err) {
+	case codes.NotFound, codes.Unimplemented:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,156 @@
+// Package podsysctl finds a pod's own sysctls (securityContext.sysctls).
+// NRI does not show them: containerd writes them only into the pod
+// sandbox's spec, so they are looked up from containerd and cached per pod.
+package podsysctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// Sources of a pod's sysctls, from most to least exact.
+const (
+	// SourceSandboxConfig is the pod config as kubelet sent it, from the
+	// sandbox store's CRI metadata: only the pod's own keys.
+	SourceSandboxConfig = "sandbox config"
+	// SourceRuntimeConfig is the config as containerd kept it after adding
+	// its implicit keys (ip_unprivileged_port_start, ping_group_range);
+	// those then count as the pod's own, so they are never overridden.
+	SourceRuntimeConfig = "runtime-amended sandbox config"
+	// SourceSandboxSpec is the sandbox's OCI spec, with implicit keys.
+	SourceSandboxSpec = "sandbox spec"
+	// SourceUnknown means no lookup worked.
+	SourceUnknown = "unknown"
+)
+
+// PodSysctls is what is known of a pod's own sysctls.
+type PodSysctls struct {
+	Own    map[string]string
+	Source string
+	// Err is why the lookup failed when Source is SourceUnknown.
+	Err error
+}
+
+// Known tells whether the pod's own sysctls could be read. When they could
+// not, nothing may be set in the pod: any key might clobber its own value.
+func (p PodSysctls) Known() bool { return p.Source != SourceUnknown }
+
+// Fetcher reads a pod's sysctls from the runtime.
+type Fetcher interface {
+	Fetch(ctx context.Context, podID string) (PodSysctls, error)
+}
+
+// Cache looks each pod up once, however many containers it has, and even
+// when they are created at the same time.
+type Cache struct {
+	fetcher Fetcher
+	mu      sync.Mutex
+	pods    map[string]*cacheEntry
+}
+
+type cacheEntry struct {
+	once   sync.Once
+	result PodSysctls
+}
+
+// NewCache wraps a fetcher.
+func NewCache(f Fetcher) *Cache {
+	return &Cache{fetcher: f, pods: map[string]*cacheEntry{}}
+}
+
+// Get returns the pod's sysctls, fetching them on first use. A failed lookup
+// is cached too, so that every container of the pod gets the same decision
+// and the failure is reported once per pod. fresh is true for the call that
+// did the lookup.
+func (c *Cache) Get(ctx context.Context, podID string) (result PodSysctls, fresh bool) {
+	c.mu.Lock()
+	e, ok := c.pods[podID]
+	if !ok {
+		e = &cacheEntry{}
+		c.pods[podID] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() {
+		fresh = true
+		r, err := c.fetcher.Fetch(ctx, podID)
+		if err != nil {
+			r = PodSysctls{Source: SourceUnknown, Err: err}
+		}
+		e.result = r
+	})
+	return e.result, fresh
+}
+
+// Forget drops a pod, on RemovePodSandbox.
+func (c *Cache) Forget(podID string) {
+	c.mu.Lock()
+	delete(c.pods, podID)
+	c.mu.Unlock()
+}
+
+// Len is the number of cached pods.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pods)
+}
+
+// criMetadata is the part of containerd's CRI sandbox metadata we read. It is
+// stored as {"Version":"v1","Metadata":{...,"Config":<PodSandboxConfig>}}.
+type criMetadata struct {
+	Version  string
+	Metadata struct {
+		Config *struct {
+			Linux *struct {
+				Sysctls map[string]string `json:"sysctls"`
+			} `json:"linux"`
+		}
+	}
+}
+
+// sysctlsFromCRIMetadata reads linux.sysctls from CRI metadata JSON. ok is
+// false when the JSON does not hold a pod config.
+func sysctlsFromCRIMetadata(data []byte) (map[string]string, error) {
+	var m criMetadata
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("decoding CRI sandbox metadata: %w", err)
+	}
+	if m.Version != "v1" {
+		return nil, fmt.Errorf("CRI sandbox metadata has unsupported version %q", m.Version)
+	}
+	if m.Metadata.Config == nil {
+		return nil, fmt.Errorf("CRI sandbox metadata has no pod config")
+	}
+	if m.Metadata.Config.Linux == nil {
+		return normalized(nil), nil
+	}
+	return normalized(m.Metadata.Config.Linux.Sysctls), nil
+}
+
+// sysctlsFromSpec reads linux.sysctl from an OCI spec in JSON.
+func sysctlsFromSpec(data []byte) (map[string]string, error) {
+	var spec struct {
+		Linux *struct {
+			Sysctl map[string]string `json:"sysctl"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("decoding sandbox spec: %w", err)
+	}
+	if spec.Linux == nil {
+		return normalized(nil), nil
+	}
+	return normalized(spec.Linux.Sysctl), nil
+}
+
+func normalized(in map[string]string) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[sysctl.Normalize(k)] = v
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+package podsysctl
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Shapes of containerd's stored CRI metadata, trimmed to what matters.
+const (
+	metadataWithSysctls = `{"Version":"v1","Metadata":{"ID":"abc","Name":"p","Config":{"metadata":{"name":"p"},"linux":{"sysctls":{"net.ipv4.tcp_keepalive_intvl":"33","net/ipv4/conf/eth0.100/rp_filter":"1"}}}}}`
+	metadataNoLinux     = `{"Version":"v1","Metadata":{"ID":"abc","Config":{"metadata":{"name":"p"}}}}`
+	metadataNoConfig    = `{"Version":"v1","Metadata":{"ID":"abc"}}`
+	metadataOldVersion  = `{"Version":"v0","Metadata":{"Config":{}}}`
+)
+
+func TestSysctlsFromCRIMetadata(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    map[string]string
+		wantErr bool
+	}{
+		{"sysctls, normalized", metadataWithSysctls, map[string]string{"net.ipv4.tcp_keepalive_intvl": "33", "net.ipv4.conf.eth0/100.rp_filter": "1"}, false},
+		{"no linux section", metadataNoLinux, map[string]string{}, false},
+		{"no config", metadataNoConfig, nil, true},
+		{"unknown version", metadataOldVersion, nil, true},
+		{"not JSON", `{`, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := sysctlsFromCRIMetadata([]byte(tc.in))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSysctlsFromSpec(t *testing.T) {
+	got, err := sysctlsFromSpec([]byte(`{"ociVersion":"1.2.0","linux":{"sysctl":{"net.ipv4.ip_unprivileged_port_start":"0"}}}`))
+	if err != nil || !reflect.DeepEqual(got, map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if got, err := sysctlsFromSpec([]byte(`{"ociVersion":"1.2.0"}`)); err != nil || len(got) != 0 {
+		t.Fatalf("no linux: got %v, %v", got, err)
+	}
+}
+
+type countingFetcher struct {
+	calls  atomic.Int32
+	result PodSysctls
+	err    error
+}
+
+func (f *countingFetcher) Fetch(context.Context, string) (PodSysctls, error) {
+	f.calls.Add(1)
+	return f.result, f.err
+}
+
+func TestCacheFetchesOncePerPodEvenConcurrently(t *testing.T) {
+	f := &countingFetcher{result: PodSysctls{Own: map[string]string{"a": "1"}, Source: SourceSandboxConfig}}
+	c := NewCache(f)
+	var wg sync.WaitGroup
+	var freshCount atomic.Int32
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, fresh := c.Get(context.Background(), "pod1")
+			if fresh {
+				freshCount.Add(1)
+			}
+			if got.Own["a"] != "1" {
+				t.Errorf("got %v", got)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := f.calls.Load(); n != 1 {
+		t.Fatalf("fetched %d times, want 1", n)
+	}
+	if n := freshCount.Load(); n != 1 {
+		t.Fatalf("%d callers saw fresh=true, want 1", n)
+	}
+	c.Get(context.Background(), "pod2")
+	if c.Len() != 2 {
+		t.Fatalf("Len = %d, want 2", c.Len())
+	}
+	c.Forget("pod1")
+	c.Forget("pod2")
+	if c.Len() != 0 {
+		t.Fatalf("Len after Forget = %d, want 0", c.Len())
+	}
+	c.Get(context.Background(), "pod1")
+	if n := f.calls.Load(); n != 3 {
+		t.Fatalf("after Forget a pod is fetched again: calls = %d, want 3", n)
+	}
+}
+
+func TestCacheKeepsFailureAsUnknown(t *testing.T) {
+	f := &countingFetcher{err: errors.New("connection refused")}
+	c := NewCache(f)
+	got, fresh := c.Get(context.Background(), "pod1")
+	if got.Known() || !fresh || got.Err == nil {
+		t.Fatalf("failed lookup: got %+v fresh=%v", got, fresh)
+	}
+	got, fresh = c.Get(context.Background(), "pod1")
+	if got.Known() || fresh {
+		t.Fatalf("second call must reuse the cached failure: %+v fresh=%v", got, fresh)
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Fatalf("fetched %d times, want 1", n)
+	}
+}

@@ -1,0 +1,245 @@
+// Package policy decides which sysctls a container gets. It is pure: plain
+// inputs in, a decision out, no I/O.
+package policy
+
+import (
+	"path"
+	"sort"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// Pod is what the decision needs to know about a pod.
+type Pod struct {
+	Namespace      string
+	Name           string
+	Labels         map[string]string
+	RuntimeHandler string
+	// Own lists the namespaces the pod has to itself, from the pod
+	// sandbox's namespace list (never the container's: for a hostNetwork
+	// pod a container still names the pause process's, i.e. the host's,
+	// network namespace).
+	Own NamespaceSet
+}
+
+// NamespaceSet holds which namespaces a pod owns.
+type NamespaceSet struct {
+	Net, IPC, UTS, User bool
+}
+
+// Has tells whether the set owns namespace ns.
+func (s NamespaceSet) Has(ns sysctl.Namespace) bool {
+	switch ns {
+	case sysctl.Net:
+		return s.Net
+	case sysctl.IPC:
+		return s.IPC
+	case sysctl.UTS:
+		return s.UTS
+	case sysctl.User:
+		return s.User
+	}
+	return false
+}
+
+// Input is one container's decision input.
+type Input struct {
+	Pod Pod
+	// PodOwn holds the pod's own sysctls (securityContext.sysctls),
+	// normalized. They win over every default.
+	PodOwn map[string]string
+	// Existing holds the sysctls already on the container as the plugin
+	// sees it: set by the runtime or a lower-index plugin.
+	Existing map[string]string
+}
+
+// Skip reasons, stable for logs and tests.
+const (
+	ReasonHostNamespace = "pod shares the host's namespace"
+	ReasonPodOwn        = "pod sets it itself"
+	ReasonExisting      = "already set on the container (runtime or another plugin)"
+)
+
+// Skipped is a key the config wanted but the container does not get.
+type Skipped struct {
+	Key    string
+	Value  string
+	Reason string
+}
+
+// Decision is what one container gets.
+type Decision struct {
+	// Excluded is the exclusion criterion that matched, or "".
+	Excluded string
+	Apply    []sysctl.Sysctl
+	Skipped  []Skipped
+}
+
+// Policy is a config compiled for fast decisions: keys are numbered once, so
+// a decision works on a slice instead of building maps.
+type Policy struct {
+	keys    []string
+	ns      []sysctl.Namespace
+	base    []string
+	rules   []rule
+	exclude config.Selector
+}
+
+type rule struct {
+	name  string
+	match config.Selector
+	set   []indexedValue
+}
+
+type indexedValue struct {
+	idx   int
+	value string
+}
+
+// Compile prepares a validated config for Decide.
+func Compile(cfg *config.Config) *Policy {
+	p := &Policy{keys: cfg.AllKeys(), exclude: cfg.Exclude}
+	index := make(map[string]int, len(p.keys))
+	p.ns = make([]sysctl.Namespace, len(p.keys))
+	for i, k := range p.keys {
+		index[k] = i
+		p.ns[i] = sysctl.NamespaceOf(k)
+	}
+	p.base = make([]string, len(p.keys))
+	for _, e := range cfg.Sysctls {
+		p.base[index[e.Key]] = e.Value
+	}
+	for _, r := range cfg.Rules {
+		cr := rule{name: r.Name, match: r.Match}
+		for _, e := range r.Sysctls {
+			cr.set = append(cr.set, indexedValue{idx: index[e.Key], value: e.Value})
+		}
+		p.rules = append(p.rules, cr)
+	}
+	return p
+}
+
+// Empty tells whether the policy sets nothing at all.
+func (p *Policy) Empty() bool { return len(p.keys) == 0 }
+
+// Decide works out a container's sysctls. Every container of a pod gets the
+// same answer for the same inputs.
+func (p *Policy) Decide(in Input) Decision {
+	if why := excludedBy(p.exclude, in.Pod); why != "" {
+		return Decision{Excluded: why}
+	}
+	values := p.effectiveValues(in.Pod)
+	var d Decision
+	for i, value := range values {
+		if value == "" {
+			continue
+		}
+		key := p.keys[i]
+		if reason := skipReason(key, p.ns[i], in); reason != "" {
+			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
+			continue
+		}
+		d.Apply = append(d.Apply, sysctl.New(key, value))
+	}
+	return d
+}
+
+// effectiveValues starts from the node defaults and applies matching rules
+// in order, a later rule overriding an earlier one key by key.
+func (p *Policy) effectiveValues(pod Pod) []string {
+	values := make([]string, len(p.base))
+	copy(values, p.base)
+	for _, r := range p.rules {
+		if !matches(r.match, pod) {
+			continue
+		}
+		for _, s := range r.set {
+			values[s.idx] = s.value
+		}
+	}
+	return values
+}
+
+// skipReason applies, in order: host namespaces, the pod's own value, and
+// a value already on the container.
+func skipReason(key string, ns sysctl.Namespace, in Input) string {
+	if !in.Pod.Own.Has(ns) {
+		return ReasonHostNamespace + " (" + ns.String() + ")"
+	}
+	if _, own := in.PodOwn[key]; own {
+		return ReasonPodOwn
+	}
+	if _, set := in.Existing[key]; set {
+		return ReasonExisting
+	}
+	return ""
+}
+
+// matches is true when every field the selector gives matches the pod.
+func matches(s config.Selector, pod Pod) bool {
+	if len(s.Namespaces) > 0 && !anyGlob(s.Namespaces, pod.Namespace) {
+		return false
+	}
+	if len(s.RuntimeHandlers) > 0 && !anyGlob(s.RuntimeHandlers, pod.RuntimeHandler) {
+		return false
+	}
+	for k, v := range s.Labels {
+		if got, ok := pod.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// excludedBy returns the first exclusion criterion the pod meets: any one
+// namespace, runtime handler or label pair excludes it.
+func excludedBy(s config.Selector, pod Pod) string {
+	for _, g := range s.Namespaces {
+		if glob(g, pod.Namespace) {
+			return "namespace " + g
+		}
+	}
+	for _, g := range s.RuntimeHandlers {
+		if glob(g, pod.RuntimeHandler) {
+			return "runtime handler " + g
+		}
+	}
+	for _, k := range sortedKeys(s.Labels) {
+		if got, ok := pod.Labels[k]; ok && got == s.Labels[k] {
+			return "label " + k + "=" + got
+		}
+	}
+	return ""
+}
+
+func anyGlob(globs []string, s string) bool {
+	for _, g := range globs {
+		if glob(g, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches with path.Match; patterns were checked when the config loaded.
+func glob(pattern, s string) bool {
+	ok, _ := path.Match(pattern, s)
+	return ok
+}
+
+func sortedKeys(m map[string]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Excluded returns the exclusion criterion the pod meets, or "". It lets
+// callers skip the pod lookup for excluded pods.
+func (p *Policy) Excluded(pod Pod) string { return excludedBy(p.exclude, pod) }

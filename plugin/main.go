@@ -1,0 +1,182 @@
+// Command nri-sysctl is a containerd NRI plugin that gives every pod the
+// node's default namespaced sysctls.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+)
+
+// version is set by the Makefile.
+var version = "dev"
+
+const usage = `nri-sysctl: give every pod the node's default namespaced sysctls (containerd NRI plugin)
+
+Usage:
+  nri-sysctl [flags]                                  run the plugin
+  nri-sysctl validate --config PATH [--skip-kernel-check]
+                                                      check a config; exit 0 if valid, 1 with every problem
+  nri-sysctl version                                  print the version
+
+Run flags:
+`
+
+type options struct {
+	configPath          string
+	nriSocket           string
+	pluginName          string
+	pluginIdx           string
+	containerdAddress   string
+	containerdNamespace string
+	logLevel            string
+	mode                string
+	skipKernelCheck     bool
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version":
+			fmt.Fprintf(stdout, "nri-sysctl %s\n", version)
+			return 0
+		case "validate":
+			return runValidate(args[1:], stdout, stderr)
+		}
+	}
+	opts, err := parseRunFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	return runPlugin(opts, stderr)
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("nri-sysctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.configPath, "config", config.DefaultPath, "config file")
+	fs.StringVar(&o.nriSocket, "nri-socket", api.DefaultSocketPath, "NRI socket to connect to")
+	fs.StringVar(&o.pluginName, "plugin-name", "sysctl", "plugin name to register with")
+	fs.StringVar(&o.pluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
+	fs.StringVar(&o.containerdAddress, "containerd-address", "/run/containerd/containerd.sock", "containerd gRPC socket, to look up pods' own sysctls")
+	fs.StringVar(&o.containerdNamespace, "containerd-namespace", "k8s.io", "containerd namespace of the CRI pods")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&o.mode, "mode", "", "override the config's mode: auto, spec or namespace")
+	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return o, fmt.Errorf("unexpected argument")
+	}
+	return o, nil
+}
+
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("nri-sysctl validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", config.DefaultPath, "config file to check")
+	skip := fs.Bool("skip-kernel-check", false, "leave out the probe of this kernel (for image builds on another kernel)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*path, kernelChecker(*skip))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s))\n", *path, len(cfg.Sysctls), len(cfg.Rules))
+	return 0
+}
+
+func kernelChecker(skip bool) config.KernelChecker {
+	if skip {
+		return nil
+	}
+	return sysctl.ProbeKernel
+}
+
+func runPlugin(o options, stderr io.Writer) int {
+	log := logrus.New()
+	log.SetOutput(stderr)
+	level, err := logrus.ParseLevel(o.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "bad --log-level %q: %v\n", o.logLevel, err)
+		return 2
+	}
+	log.SetLevel(level)
+
+	preinstalled := os.Getenv(api.PluginSocketEnvVar) != ""
+	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
+	if err := p.loadInitialConfig(o.configPath, preinstalled); err != nil {
+		log.Errorf("refusing to start: %v", err)
+		return 1
+	}
+
+	fetcher, err := podsysctl.NewContainerd(o.containerdAddress, o.containerdNamespace)
+	if err != nil {
+		log.Errorf("refusing to start: %v", err)
+		return 1
+	}
+	defer fetcher.Close()
+	p.pods = podsysctl.NewCache(fetcher)
+
+	stubOpts := []stub.Option{stub.WithOnClose(func() { log.Warn("connection to the runtime closed") })}
+	if !preinstalled {
+		// A pre-installed plugin gets its name, index and socket from
+		// the NRI environment that containerd sets.
+		stubOpts = append(stubOpts,
+			stub.WithPluginName(o.pluginName),
+			stub.WithPluginIdx(o.pluginIdx),
+			stub.WithSocketPath(o.nriSocket))
+	}
+	s, err := stub.New(p, stubOpts...)
+	if err != nil {
+		log.Errorf("creating NRI stub: %v", err)
+		return 1
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		log.Errorf("registering with NRI: %v", err)
+		return 1
+	}
+	log.Infof("registered with NRI (mode %s)", p.mode())
+	go func() {
+		<-ctx.Done()
+		s.Stop()
+	}()
+	s.Wait()
+	if ctx.Err() != nil {
+		return 0
+	}
+	log.Error("NRI connection lost")
+	return 1
+}

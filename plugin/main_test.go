@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The issue's acceptance case: four different problems, each listed with
+// its line, in one run.
+func TestValidateListsEveryProblem(t *testing.T) {
+	path := writeFile(t, `sysctls:
+  kernel.core_pattern: "|/bin/false"
+  net.ipv4.tcp_keepalive_tme: 600
+  net.ipv4.tcp_keepalive_intvl: "60\n"
+rulez: []
+`)
+	var stdout, stderr bytes.Buffer
+	args := []string{"validate", "--config", path}
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root")
+	}
+	if code := run(args, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	want := []string{
+		path + ":2: sysctls.kernel.core_pattern: kernel.core_pattern is not namespaced",
+		path + ":3: sysctls.net.ipv4.tcp_keepalive_tme: does not exist in a fresh pod namespace on this kernel",
+		path + ":4: sysctls.net.ipv4.tcp_keepalive_intvl: value contains a newline",
+		path + ":5: rulez: unknown field",
+	}
+	out := stderr.String()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if !strings.Contains(out, "(4 problem(s))") {
+		t.Errorf("want exactly 4 problems:\n%s", out)
+	}
+}
+
+func TestValidateSkipKernelCheck(t *testing.T) {
+	path := writeFile(t, "sysctls:\n  net.ipv4.no_such_key: 1\n")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0; %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "valid (1 default(s), 0 rule(s))") {
+		t.Fatalf("stdout = %q", stdout.String())
+	}
+	// Every other check still runs.
+	path = writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "nri-sysctl ") {
+		t.Fatalf("exit %d, stdout %q", code, stdout.String())
+	}
+}
+
+func TestPluginRefusesToStartOnBadConfig(t *testing.T) {
+	path := writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), path+":2: sysctls.vm.swappiness: vm.swappiness is not namespaced") {
+		t.Fatalf("stderr lacks the validate message:\n%s", stderr.String())
+	}
+}
+
+func TestUnknownFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--no-such-flag"}, &stdout, &stderr); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+)
+
+// Annotations recorded on each container the plugin touches, so that
+// `crictl inspect` shows what it did.
+const (
+	annotationInjected = "nri-sysctl.io/injected"
+	annotationSkipped  = "nri-sysctl.io/skipped"
+)
+
+// loaded is a validated config and its compiled policy, swapped as one.
+type loaded struct {
+	cfg    *config.Config
+	policy *policy.Policy
+}
+
+type plugin struct {
+	log          *logrus.Logger
+	check        config.KernelChecker
+	modeOverride string
+	current      atomic.Pointer[loaded]
+	pods         *podsysctl.Cache
+	applyMode    atomic.Value // runtimemode.Mode
+	// writeNamespaces is swapped in tests.
+	writeNamespaces func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError
+	configureOnce   sync.Once
+}
+
+func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride string) *plugin {
+	p := &plugin{log: log, check: check, modeOverride: modeOverride, writeNamespaces: nswrite.Write}
+	p.applyMode.Store(runtimemode.Spec)
+	p.setConfig(&config.Config{Mode: config.ModeAuto, OnError: config.OnErrorFail})
+	return p
+}
+
+func (p *plugin) setConfig(cfg *config.Config) {
+	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg)})
+}
+
+func (p *plugin) mode() runtimemode.Mode { return p.applyMode.Load().(runtimemode.Mode) }
+
+// loadInitialConfig reads the config file. A pre-installed plugin may get
+// its config from containerd in Configure instead, so a missing file is
+// only an error for a plugin started by hand or by systemd.
+func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
+	if preinstalled {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			p.log.Infof("no config file at %s; waiting for the config from the runtime", path)
+			return nil
+		}
+	}
+	cfg, err := config.Load(path, p.check)
+	if err != nil {
+		return err
+	}
+	p.setConfig(cfg)
+	p.log.Infof("config %s: %d default(s), %d rule(s)", path, len(cfg.Sysctls), len(cfg.Rules))
+	return nil
+}
+
+// Configure takes the config text containerd passes to a pre-installed
+// plugin, and picks how sysctls reach pods on this runtime.
+func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion string) (api.EventMask, error) {
+	if strings.TrimSpace(text) != "" {
+		cfg, err := config.Parse("NRI plugin config", []byte(text), p.check)
+		if err != nil {
+			p.log.Errorf("rejecting config from the runtime: %v", err)
+			return 0, err
+		}
+		p.setConfig(cfg)
+		p.log.Infof("config from the runtime: %d default(s), %d rule(s)", len(cfg.Sysctls), len(cfg.Rules))
+	}
+	mode, why := p.chooseMode(runtimeName, runtimeVersion)
+	p.applyMode.Store(mode)
+	p.log.Infof("runtime %s %s: mode %s (%s)", runtimeName, runtimeVersion, mode, why)
+
+	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "RemovePodSandbox"), nil
+}
+
+// chooseMode: the --mode flag, then the config's mode, then the runtime.
+func (p *plugin) chooseMode(runtimeName, runtimeVersion string) (runtimemode.Mode, string) {
+	if p.modeOverride != "" && p.modeOverride != config.ModeAuto {
+		return runtimemode.Mode(p.modeOverride), "set by --mode"
+	}
+	if m := p.current.Load().cfg.Mode; m != "" && m != config.ModeAuto {
+		return runtimemode.Mode(m), "set by the config's mode"
+	}
+	return runtimemode.Decide(runtimeName, runtimeVersion)
+}
+
+// RunPodSandbox writes the pod's sysctls into its namespaces in namespace
+// mode, before any app container exists.
+func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	if p.mode() != runtimemode.Namespace {
+		return nil
+	}
+	cur := p.current.Load()
+	d, ok := p.decide(ctx, cur, pod, nil)
+	if !ok || len(d.Apply) == 0 {
+		return nil
+	}
+	errs := p.writeNamespaces(namespaceTarget(pod), d.Apply)
+	if len(errs) == 0 {
+		p.log.Debugf("pod %s: wrote %s into its namespaces", podName(pod), formatApplied(d.Apply))
+		return nil
+	}
+	err := fmt.Errorf("nri-sysctl: pod %s: cannot set %d sysctl(s) in its namespaces: %w", podName(pod), len(errs), joinWriteErrors(errs))
+	if cur.cfg.OnError == config.OnErrorWarn {
+		p.log.Warnf("%v (onError: warn, pod starts anyway)", err)
+		return nil
+	}
+	p.log.Error(err)
+	return err
+}
+
+// CreateContainer sets the sysctls on the container's spec in spec mode. In
+// both modes it annotates what the pod got.
+func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	cur := p.current.Load()
+	if cur.policy.Empty() {
+		return nil, nil, nil
+	}
+	specMode := p.mode() == runtimemode.Spec
+	var existing map[string]string
+	if specMode {
+		existing = ctr.GetLinux().GetSysctl()
+	}
+	d, ok := p.decide(ctx, cur, pod, existing)
+	if !ok {
+		return nil, nil, nil
+	}
+	p.logDecision(pod, ctr, d)
+	if d.Excluded != "" || (len(d.Apply) == 0 && len(d.Skipped) == 0) {
+		return nil, nil, nil
+	}
+	adj := &api.ContainerAdjustment{}
+	for _, s := range d.Apply {
+		if specMode {
+			adj.SetLinuxSysctl(s.Key(), s.Value())
+		}
+	}
+	if len(d.Apply) > 0 {
+		adj.AddAnnotation(annotationInjected, formatApplied(d.Apply))
+	}
+	if len(d.Skipped) > 0 {
+		adj.AddAnnotation(annotationSkipped, formatSkipped(d.Skipped))
+	}
+	return adj, nil, nil
+}
+
+// RemovePodSandbox drops the pod's cached sysctls.
+func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.pods.Forget(pod.GetId())
+	return nil
+}
+
+// decide gathers the inputs for one pod and runs the pure decision. ok is
+// false when nothing may be set because the pod's own sysctls are unknown.
+func (p *plugin) decide(ctx context.Context, cur *loaded, pod *api.PodSandbox, existing map[string]string) (policy.Decision, bool) {
+	in := policy.Input{Pod: podInfo(pod), Existing: existing}
+	if why := cur.policy.Excluded(in.Pod); why != "" {
+		return policy.Decision{Excluded: why}, true
+	}
+	own, fresh := p.pods.Get(ctx, pod.GetId())
+	if !own.Known() {
+		if fresh {
+			p.log.Warnf("pod %s: cannot read its own sysctls, so setting none (never override a pod's value): %v", podName(pod), own.Err)
+		}
+		return policy.Decision{}, false
+	}
+	if fresh && own.Source != podsysctl.SourceSandboxConfig {
+		p.log.Warnf("pod %s: read its sysctls from the %s; runtime-added keys count as the pod's own", podName(pod), own.Source)
+	}
+	in.PodOwn = own.Own
+	return cur.policy.Decide(in), true
+}
+
+func (p *plugin) logDecision(pod *api.PodSandbox, ctr *api.Container, d policy.Decision) {
+	if !p.log.IsLevelEnabled(logrus.DebugLevel) {
+		return
+	}
+	if d.Excluded != "" {
+		p.log.Debugf("container %s/%s: pod excluded by %s", podName(pod), ctr.GetName(), d.Excluded)
+		return
+	}
+	p.log.Debugf("container %s/%s: apply [%s] skip [%s]", podName(pod), ctr.GetName(), formatApplied(d.Apply), formatSkipped(d.Skipped))
+}
+
+func podName(pod *api.PodSandbox) string {
+	return pod.GetNamespace() + "/" + pod.GetName()
+}
+
+// podInfo takes the namespaces from the pod sandbox's own list: a missing
+// entry means the pod shares the host's.
+func podInfo(pod *api.PodSandbox) policy.Pod {
+	info := policy.Pod{
+		Namespace:      pod.GetNamespace(),
+		Name:           pod.GetName(),
+		Labels:         pod.GetLabels(),
+		RuntimeHandler: pod.GetRuntimeHandler(),
+	}
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		switch ns.GetType() {
+		case "network":
+			info.Own.Net = true
+		case "ipc":
+			info.Own.IPC = true
+		case "uts":
+			info.Own.UTS = true
+		case "user":
+			info.Own.User = true
+		}
+	}
+	return info
+}
+
+// namespaceTarget finds the pod's namespaces: the network one by its path,
+// the others through the sandbox's pid.
+func namespaceTarget(pod *api.PodSandbox) nswrite.Target {
+	var t nswrite.Target
+	viaPid := func(kind string) string {
+		if pod.GetPid() == 0 {
+			return ""
+		}
+		return "/proc/" + strconv.FormatUint(uint64(pod.GetPid()), 10) + "/ns/" + kind
+	}
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		switch ns.GetType() {
+		case "network":
+			t.NetNSPath = ns.GetPath()
+			if t.NetNSPath == "" {
+				t.NetNSPath = viaPid("net")
+			}
+		case "ipc":
+			t.IPCNSPath = ns.GetPath()
+			if t.IPCNSPath == "" {
+				t.IPCNSPath = viaPid("ipc")
+			}
+		case "uts":
+			t.UTSNSPath = ns.GetPath()
+			if t.UTSNSPath == "" {
+				t.UTSNSPath = viaPid("uts")
+			}
+		}
+	}
+	return t
+}
+
+func formatApplied(list []sysctl.Sysctl) string {
+	parts := make([]string, len(list))
+	for i, s := range list {
+		parts[i] = s.Key() + "=" + s.Value()
+	}
+	return strings.Join(parts, ",")
+}
+
+func formatSkipped(list []policy.Skipped) string {
+	parts := make([]string, len(list))
+	for i, s := range list {
+		parts[i] = s.Key + " (" + s.Reason + ")"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func joinWriteErrors(errs []nswrite.WriteError) error {
+	list := make([]error, len(errs))
+	for i, e := range errs {
+		list[i] = e
+	}
+	return errors.Join(list...)
+}

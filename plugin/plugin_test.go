@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+)
+
+const testConfig = `
+sysctls:
+  net.ipv4.tcp_keepalive_time: 600
+  net.ipv4.tcp_keepalive_intvl: 60
+  kernel.msgmax: 16384
+exclude:
+  namespaces: [kube-system]
+`
+
+type fakeFetcher struct {
+	calls atomic.Int32
+	own   map[string]string
+	err   error
+}
+
+func (f *fakeFetcher) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
+	f.calls.Add(1)
+	if f.err != nil {
+		return podsysctl.PodSysctls{}, f.err
+	}
+	return podsysctl.PodSysctls{Own: f.own, Source: podsysctl.SourceSandboxConfig}, nil
+}
+
+func newTestPlugin(t *testing.T, cfgText string, f *fakeFetcher) *plugin {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	p := newPlugin(log, nil, "")
+	if _, err := p.Configure(context.Background(), cfgText, "containerd", "2.4.2"); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	p.pods = podsysctl.NewCache(f)
+	return p
+}
+
+func testPod(id string, nsTypes ...string) *api.PodSandbox {
+	pod := &api.PodSandbox{Id: id, Name: "p-" + id, Namespace: "default", Pid: 4242, Linux: &api.LinuxPodSandbox{}}
+	for _, t := range nsTypes {
+		path := ""
+		if t == "network" {
+			path = "/var/run/netns/cni-" + id
+		}
+		pod.Linux.Namespaces = append(pod.Linux.Namespaces, &api.LinuxNamespace{Type: t, Path: path})
+	}
+	return pod
+}
+
+// hostNetContainer has the pause process's namespaces in its own list, as
+// containerd gives it, even though for a hostNetwork pod they are the host's.
+func hostNetContainer() *api.Container {
+	return &api.Container{Name: "app", Linux: &api.LinuxContainer{Namespaces: []*api.LinuxNamespace{
+		{Type: "network", Path: "/proc/1/ns/net"}, {Type: "ipc", Path: "/proc/1/ns/ipc"},
+	}}}
+}
+
+func TestCreateContainerSpecMode(t *testing.T) {
+	tests := []struct {
+		name           string
+		pod            *api.PodSandbox
+		ctr            *api.Container
+		own            map[string]string
+		wantSysctl     map[string]string
+		wantAnnotation string
+	}{
+		{
+			name:           "ordinary pod gets every default",
+			pod:            testPod("a", "network", "ipc", "uts", "pid"),
+			ctr:            &api.Container{Name: "app"},
+			wantSysctl:     map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"},
+			wantAnnotation: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600",
+		},
+		{
+			name:           "hostNetwork: decided from the pod's list, not the container's",
+			pod:            testPod("b", "ipc", "uts", "pid"),
+			ctr:            hostNetContainer(),
+			wantSysctl:     map[string]string{"kernel.msgmax": "16384"},
+			wantAnnotation: "kernel.msgmax=16384",
+		},
+		{
+			name:           "hostIPC pod",
+			pod:            testPod("c", "network", "uts", "pid"),
+			ctr:            &api.Container{Name: "app"},
+			wantSysctl:     map[string]string{"net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"},
+			wantAnnotation: "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600",
+		},
+		{
+			name:           "pod's own value wins",
+			pod:            testPod("d", "network", "ipc"),
+			ctr:            &api.Container{Name: "app"},
+			own:            map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"},
+			wantSysctl:     map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_time": "600"},
+			wantAnnotation: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_time=600",
+		},
+		{
+			name:           "key set by a lower-index plugin is kept",
+			pod:            testPod("e", "network", "ipc"),
+			ctr:            &api.Container{Name: "app", Linux: &api.LinuxContainer{Sysctl: map[string]string{"kernel.msgmax": "1"}}},
+			wantSysctl:     map[string]string{"net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"},
+			wantAnnotation: "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newTestPlugin(t, testConfig, &fakeFetcher{own: tc.own})
+			adj, updates, err := p.CreateContainer(context.Background(), tc.pod, tc.ctr)
+			if err != nil || updates != nil {
+				t.Fatalf("CreateContainer: %v %v", updates, err)
+			}
+			if got := adj.GetLinux().GetSysctl(); !reflect.DeepEqual(got, tc.wantSysctl) {
+				t.Errorf("sysctls = %v, want %v", got, tc.wantSysctl)
+			}
+			if got := annotation(adj, annotationInjected); got != tc.wantAnnotation {
+				t.Errorf("annotation = %q, want %q", got, tc.wantAnnotation)
+			}
+		})
+	}
+}
+
+func annotation(adj *api.ContainerAdjustment, key string) string {
+	for k, v := range adj.GetAnnotations() {
+		if k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestCreateContainerExcludedPodIsNotLookedUp(t *testing.T) {
+	f := &fakeFetcher{}
+	p := newTestPlugin(t, testConfig, f)
+	pod := testPod("x", "network", "ipc")
+	pod.Namespace = "kube-system"
+	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+	if err != nil || adj != nil {
+		t.Fatalf("excluded pod: adj=%v err=%v", adj, err)
+	}
+	if f.calls.Load() != 0 {
+		t.Fatal("excluded pod was looked up in containerd")
+	}
+}
+
+func TestCreateContainerUnknownPodSysctlsSetsNothing(t *testing.T) {
+	f := &fakeFetcher{err: errors.New("dial unix /run/containerd/containerd.sock: connection refused")}
+	p := newTestPlugin(t, testConfig, f)
+	pod := testPod("y", "network", "ipc")
+	for i := 0; i < 3; i++ {
+		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+		if err != nil || adj != nil {
+			t.Fatalf("unknown pod sysctls must not fail or set anything: adj=%v err=%v", adj, err)
+		}
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Fatalf("looked up %d times, want once per pod", n)
+	}
+}
+
+func TestRemovePodSandboxDropsCache(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	pod := testPod("z", "network")
+	if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	if p.pods.Len() != 1 {
+		t.Fatalf("cache has %d pods, want 1", p.pods.Len())
+	}
+	if err := p.RemovePodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if p.pods.Len() != 0 {
+		t.Fatalf("cache has %d pods after RemovePodSandbox, want 0", p.pods.Len())
+	}
+}
+
+func TestConfigureChoosesMode(t *testing.T) {
+	tests := []struct {
+		override, cfgMode, runtime, version string
+		want                                runtimemode.Mode
+	}{
+		{"", "", "containerd", "2.4.2", runtimemode.Spec},
+		{"", "", "containerd", "2.1.9+unknown", runtimemode.Namespace},
+		{"", "", "containerd", "garbage", runtimemode.Namespace},
+		{"", "namespace", "containerd", "2.4.2", runtimemode.Namespace},
+		{"spec", "namespace", "containerd", "2.1.9", runtimemode.Spec},
+		{"auto", "", "containerd", "1.7.27", runtimemode.Namespace},
+	}
+	for _, tc := range tests {
+		log := logrus.New()
+		log.SetOutput(io.Discard)
+		p := newPlugin(log, nil, tc.override)
+		text := "sysctls: {net.ipv4.tcp_keepalive_time: 600}\n"
+		if tc.cfgMode != "" {
+			text += "mode: " + tc.cfgMode + "\n"
+		}
+		if _, err := p.Configure(context.Background(), text, tc.runtime, tc.version); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.mode(); got != tc.want {
+			t.Errorf("override=%q config=%q %s %s: mode %s, want %s", tc.override, tc.cfgMode, tc.runtime, tc.version, got, tc.want)
+		}
+	}
+}
+
+func TestConfigureRejectsBadConfigText(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	p := newPlugin(log, nil, "")
+	if _, err := p.Configure(context.Background(), "sysctls: {net.ipv4.tcp_keepalive_time: 600}\n", "containerd", "2.4.2"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Configure(context.Background(), "sysctls:\n  vm.swappiness: 10\n", "containerd", "2.4.2")
+	if err == nil || !strings.Contains(err.Error(), "NRI plugin config:2: sysctls.vm.swappiness: vm.swappiness is not namespaced") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Key != "net.ipv4.tcp_keepalive_time" {
+		t.Fatalf("a rejected config must leave the old one in force, have %v", got)
+	}
+}
+
+func TestRunPodSandboxNamespaceMode(t *testing.T) {
+	type call struct {
+		target nswrite.Target
+		keys   []string
+	}
+	tests := []struct {
+		name     string
+		onError  string
+		writeErr bool
+		wantErr  bool
+	}{
+		{name: "writes succeed"},
+		{name: "a failed write fails the pod", writeErr: true, wantErr: true},
+		{name: "onError warn lets the pod start", onError: "warn", writeErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			text := testConfig + "mode: namespace\n"
+			if tc.onError != "" {
+				text += "onError: " + tc.onError + "\n"
+			}
+			p := newTestPlugin(t, text, &fakeFetcher{own: map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"}})
+			var calls []call
+			p.writeNamespaces = func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+				c := call{target: target}
+				for _, s := range list {
+					c.keys = append(c.keys, s.Key()+"="+s.Value())
+				}
+				calls = append(calls, c)
+				if tc.writeErr {
+					return []nswrite.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
+				}
+				return nil
+			}
+			// hostIPC pod: only net keys, and not the pod's own.
+			pod := testPod("n", "network", "uts")
+			err := p.RunPodSandbox(context.Background(), pod)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if tc.wantErr && !strings.Contains(err.Error(), "kernel.msgmax: invalid argument") {
+				t.Fatalf("error does not say what failed: %v", err)
+			}
+			want := []call{{
+				target: nswrite.Target{NetNSPath: "/var/run/netns/cni-n", UTSNSPath: "/proc/4242/ns/uts"},
+				keys:   []string{"net.ipv4.tcp_keepalive_time=600"},
+			}}
+			if !reflect.DeepEqual(calls, want) {
+				t.Fatalf("writes = %+v, want %+v", calls, want)
+			}
+			// In namespace mode containers get the annotation but no
+			// spec sysctls (the runtime would drop them).
+			adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(adj.GetLinux().GetSysctl()) != 0 || annotation(adj, annotationInjected) != "net.ipv4.tcp_keepalive_time=600" {
+				t.Fatalf("namespace-mode adjustment = %v", adj)
+			}
+		})
+	}
+}
+
+func TestRunPodSandboxSpecModeWritesNothing(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	p.writeNamespaces = func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError {
+		t.Fatal("spec mode wrote into namespaces")
+		return nil
+	}
+	if err := p.RunPodSandbox(context.Background(), testPod("s", "network", "ipc")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadInitialConfig(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	p := newPlugin(log, nil, "")
+	missing := t.TempDir() + "/none.yaml"
+	if err := p.loadInitialConfig(missing, true); err != nil {
+		t.Fatalf("pre-installed plugin without a file waits for Configure: %v", err)
+	}
+	if err := p.loadInitialConfig(missing, false); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("a plugin run by hand needs its file: %v", err)
+	}
+}
