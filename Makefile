@@ -46,9 +46,20 @@ test-all: setup test e2e
 demo: setup build
 	NRI_SYSCTL_DEMO=1 $(GO) test -count=1 -v -run '^TestDemo$$' ./test/e2e/
 
+## install: the layout image builders bake into a node (DESTDIR, PREFIX).
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/nri-sysctl
 	install -D -m 0600 config/config.yaml $(DESTDIR)/etc/nri-sysctl/config.yaml
+	install -D -m 0644 systemd/nri-sysctl.service $(DESTDIR)/etc/systemd/system/nri-sysctl.service
+	install -D -m 0644 systemd/nri-sysctl-reload.path $(DESTDIR)/etc/systemd/system/nri-sysctl-reload.path
+	install -D -m 0644 systemd/nri-sysctl-reload.service $(DESTDIR)/etc/systemd/system/nri-sysctl-reload.service
+	for f in config/containerd/*.toml; do \
+		install -D -m 0644 $$f $(DESTDIR)$(PREFIX)/share/nri-sysctl/containerd/$$(basename $$f) || exit 1; \
+	done
+	install -d $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl
+	$(BIN) --help > $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/nri-sysctl.txt 2>&1
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/README.md
+	sed -i 's#/usr/local/bin/nri-sysctl#$(PREFIX)/bin/nri-sysctl#g' $(DESTDIR)/etc/systemd/system/nri-sysctl.service
 	$(DESTDIR)$(PREFIX)/bin/nri-sysctl validate --skip-kernel-check --config $(DESTDIR)/etc/nri-sysctl/config.yaml
 
 clean:

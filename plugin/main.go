@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -147,7 +149,11 @@ func runPlugin(o options, stderr io.Writer) int {
 	defer fetcher.Close()
 	p.pods = podsysctl.NewCache(fetcher)
 
-	stubOpts := []stub.Option{stub.WithOnClose(func() { log.Warn("connection to the runtime closed") })}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	go p.reloadOnSIGHUP(ctx, o.configPath)
+
+	var stubOpts []stub.Option
 	if !preinstalled {
 		// A pre-installed plugin gets its name, index and socket from
 		// the NRI environment that containerd sets.
@@ -156,27 +162,82 @@ func runPlugin(o options, stderr io.Writer) int {
 			stub.WithPluginIdx(o.pluginIdx),
 			stub.WithSocketPath(o.nriSocket))
 	}
-	s, err := stub.New(p, stubOpts...)
-	if err != nil {
-		log.Errorf("creating NRI stub: %v", err)
-		return 1
+	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
+	for {
+		registered, err := serveOnce(ctx, p, stubOpts)
+		if ctx.Err() != nil {
+			return 0
+		}
+		if preinstalled {
+			// containerd relaunches its pre-installed plugins when it
+			// restarts; the inherited socket cannot be redialled.
+			log.Errorf("NRI connection ended: %v", err)
+			return 1
+		}
+		if registered {
+			backoff.reset()
+		}
+		wait := backoff.next()
+		log.Warnf("NRI connection ended (%v); reconnecting in %s", err, wait)
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(wait):
+		}
 	}
+}
 
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		log.Errorf("registering with NRI: %v", err)
-		return 1
+// serveOnce registers with NRI and serves until the connection ends.
+func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered bool, err error) {
+	s, err := stub.New(p, opts...)
+	if err != nil {
+		return false, fmt.Errorf("creating NRI stub: %w", err)
 	}
-	log.Infof("registered with NRI (mode %s)", p.mode())
+	if err := s.Start(ctx); err != nil {
+		return false, fmt.Errorf("registering with NRI: %w", err)
+	}
+	p.log.Infof("registered with NRI (mode %s)", p.mode())
+	notifyReady(p.log)
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
-		<-ctx.Done()
-		s.Stop()
+		select {
+		case <-ctx.Done():
+			s.Stop()
+		case <-stopped:
+		}
 	}()
 	s.Wait()
-	if ctx.Err() != nil {
-		return 0
+	return true, errors.New("connection to the runtime closed")
+}
+
+// notifyReady tells systemd (Type=notify) that the plugin is registered,
+// so units ordered after it start only once pods will get their defaults.
+func notifyReady(log *logrus.Logger) {
+	sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
+	switch {
+	case err != nil:
+		log.Warnf("sd_notify READY=1: %v", err)
+	case sent:
+		log.Debug("sent READY=1 to systemd")
 	}
-	log.Error("NRI connection lost")
-	return 1
+}
+
+// backoff doubles the wait after each failed attempt, up to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+func (b *backoff) reset() { b.cur = 0 }
+
+func (b *backoff) next() time.Duration {
+	switch {
+	case b.cur == 0:
+		b.cur = b.min
+	case b.cur < b.max:
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
 }

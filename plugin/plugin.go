@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -42,7 +43,6 @@ type plugin struct {
 	applyMode    atomic.Value // runtimemode.Mode
 	// writeNamespaces is swapped in tests.
 	writeNamespaces func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError
-	configureOnce   sync.Once
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride string) *plugin {
@@ -165,6 +165,62 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		adj.AddAnnotation(annotationSkipped, formatSkipped(d.Skipped))
 	}
 	return adj, nil, nil
+}
+
+// reloadOnSIGHUP re-reads the config file on SIGHUP. A bad file is
+// rejected whole and the config in force stays.
+func (p *plugin) reloadOnSIGHUP(ctx context.Context, path string) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			p.reload(path)
+		}
+	}
+}
+
+func (p *plugin) reload(path string) {
+	cfg, err := config.Load(path, p.check)
+	if err != nil {
+		p.log.Errorf("reload rejected, keeping the config in force: %v", err)
+		return
+	}
+	p.setConfig(cfg)
+	p.log.Infof("reloaded %s: %d default(s), %d rule(s)", path, len(cfg.Sysctls), len(cfg.Rules))
+}
+
+// Synchronize reports running containers that lack the plugin's
+// annotation: they were created while the plugin was away (fail-open).
+func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	cur := p.current.Load()
+	if cur.policy.Empty() {
+		return nil, nil
+	}
+	byID := make(map[string]*api.PodSandbox, len(pods))
+	for _, pod := range pods {
+		byID[pod.GetId()] = pod
+	}
+	missing := 0
+	for _, c := range ctrs {
+		pod := byID[c.GetPodSandboxId()]
+		if pod == nil || c.GetState() != api.ContainerState_CONTAINER_RUNNING || cur.policy.Excluded(podInfo(pod)) != "" {
+			continue
+		}
+		// Every decision for a non-excluded pod leaves one of the two.
+		_, injected := c.GetAnnotations()[annotationInjected]
+		_, skipped := c.GetAnnotations()[annotationSkipped]
+		if !injected && !skipped {
+			missing++
+		}
+	}
+	if missing > 0 {
+		p.log.Warnf("%d running container(s) lack the node's sysctl defaults: they were created while the plugin was not registered", missing)
+	}
+	return nil, nil
 }
 
 // RemovePodSandbox drops the pod's cached sysctls.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
@@ -319,5 +320,58 @@ func TestLoadInitialConfig(t *testing.T) {
 	}
 	if err := p.loadInitialConfig(missing, false); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("a plugin run by hand needs its file: %v", err)
+	}
+}
+
+func TestSynchronizeCountsContainersWithoutDefaults(t *testing.T) {
+	var buf strings.Builder
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	p.log.SetOutput(&buf)
+	pods := []*api.PodSandbox{testPod("p1", "network"), testPod("p2", "network")}
+	pods[1].Namespace = "kube-system" // excluded: never counted
+	running := api.ContainerState_CONTAINER_RUNNING
+	ctrs := []*api.Container{
+		{Id: "c1", PodSandboxId: "p1", State: running, Annotations: map[string]string{annotationInjected: "x=1"}},
+		{Id: "c2", PodSandboxId: "p1", State: running},
+		{Id: "c3", PodSandboxId: "p1", State: running, Annotations: map[string]string{annotationSkipped: "x (y)"}},
+		{Id: "c4", PodSandboxId: "p1", State: api.ContainerState_CONTAINER_STOPPED},
+		{Id: "c5", PodSandboxId: "p2", State: running},
+		{Id: "c6", PodSandboxId: "p1", State: running},
+	}
+	if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "2 running container(s) lack the node's sysctl defaults") {
+		t.Fatalf("log = %q", buf.String())
+	}
+}
+
+func TestReloadKeepsOldConfigOnError(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
+	p.reload(path)
+	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
+		t.Fatalf("after good reload: %v", got)
+	}
+	bad := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 100\n  vm.swappiness: 1\n")
+	p.reload(bad)
+	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
+		t.Fatalf("a bad reload must keep the old config whole: %v", got)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	b := newBackoff(500*time.Millisecond, 2*time.Second)
+	var got []time.Duration
+	for i := 0; i < 5; i++ {
+		got = append(got, b.next())
+	}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("backoff = %v, want %v", got, want)
+	}
+	b.reset()
+	if d := b.next(); d != 500*time.Millisecond {
+		t.Fatalf("after reset: %v", d)
 	}
 }
