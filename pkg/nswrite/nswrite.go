@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
@@ -31,14 +31,9 @@ func (e WriteError) Error() string { return fmt.Sprintf("%s: %v", e.Key, e.Err) 
 // Write sets each sysctl inside the target namespaces. It returns one error
 // per failed key; the others are still written.
 func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
-	done := make(chan []WriteError, 1)
-	go func() {
-		// The thread joins the pod's namespaces and is never unlocked,
-		// so Go ends it with the goroutine rather than reuse it.
-		runtime.LockOSThread()
-		done <- writeLocked(t, sysctls)
-	}()
-	return <-done
+	var errs []WriteError
+	nsthread.Run(func() { errs = writeLocked(t, sysctls) })
+	return errs
 }
 
 func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {

@@ -83,13 +83,31 @@ type Policy struct {
 	ns      []sysctl.Namespace
 	base    []string
 	rules   []rule
-	exclude config.Selector
+	exclude selector
 }
 
 type rule struct {
 	name  string
-	match config.Selector
+	match selector
 	set   []indexedValue
+}
+
+// selector is a config.Selector with labels as a sorted slice: ranging
+// over a slice is much cheaper than over a map on the hot path.
+type selector struct {
+	namespaces      []string
+	runtimeHandlers []string
+	labels          []labelPair
+}
+
+type labelPair struct{ key, value string }
+
+func compileSelector(s config.Selector) selector {
+	out := selector{namespaces: s.Namespaces, runtimeHandlers: s.RuntimeHandlers}
+	for _, k := range sortedKeys(s.Labels) {
+		out.labels = append(out.labels, labelPair{k, s.Labels[k]})
+	}
+	return out
 }
 
 type indexedValue struct {
@@ -99,7 +117,7 @@ type indexedValue struct {
 
 // Compile prepares a validated config for Decide.
 func Compile(cfg *config.Config) *Policy {
-	p := &Policy{keys: cfg.AllKeys(), exclude: cfg.Exclude}
+	p := &Policy{keys: cfg.AllKeys(), exclude: compileSelector(cfg.Exclude)}
 	index := make(map[string]int, len(p.keys))
 	p.ns = make([]sysctl.Namespace, len(p.keys))
 	for i, k := range p.keys {
@@ -111,7 +129,7 @@ func Compile(cfg *config.Config) *Policy {
 		p.base[index[e.Key]] = e.Value
 	}
 	for _, r := range cfg.Rules {
-		cr := rule{name: r.Name, match: r.Match}
+		cr := rule{name: r.Name, match: compileSelector(r.Match)}
 		for _, e := range r.Sysctls {
 			cr.set = append(cr.set, indexedValue{idx: index[e.Key], value: e.Value})
 		}
@@ -129,8 +147,8 @@ func (p *Policy) Decide(in Input) Decision {
 	if why := excludedBy(p.exclude, in.Pod); why != "" {
 		return Decision{Excluded: why}
 	}
-	values := p.effectiveValues(in.Pod)
-	var d Decision
+	values, n := p.effectiveValues(in.Pod)
+	d := Decision{Apply: make([]sysctl.Sysctl, 0, n)}
 	for i, value := range values {
 		if value == "" {
 			continue
@@ -147,8 +165,9 @@ func (p *Policy) Decide(in Input) Decision {
 
 // effectiveValues starts from the node defaults and applies matching rules
 // in order, a later rule overriding an earlier one key by key.
-func (p *Policy) effectiveValues(pod Pod) []string {
-	values := make([]string, len(p.base))
+// n counts the keys that have a value.
+func (p *Policy) effectiveValues(pod Pod) (values []string, n int) {
+	values = make([]string, len(p.base))
 	copy(values, p.base)
 	for _, r := range p.rules {
 		if !matches(r.match, pod) {
@@ -158,7 +177,12 @@ func (p *Policy) effectiveValues(pod Pod) []string {
 			values[s.idx] = s.value
 		}
 	}
-	return values
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return values, n
 }
 
 // skipReason applies, in order: host namespaces, the pod's own value, and
@@ -177,15 +201,15 @@ func skipReason(key string, ns sysctl.Namespace, in Input) string {
 }
 
 // matches is true when every field the selector gives matches the pod.
-func matches(s config.Selector, pod Pod) bool {
-	if len(s.Namespaces) > 0 && !anyGlob(s.Namespaces, pod.Namespace) {
+func matches(s selector, pod Pod) bool {
+	if len(s.namespaces) > 0 && !anyGlob(s.namespaces, pod.Namespace) {
 		return false
 	}
-	if len(s.RuntimeHandlers) > 0 && !anyGlob(s.RuntimeHandlers, pod.RuntimeHandler) {
+	if len(s.runtimeHandlers) > 0 && !anyGlob(s.runtimeHandlers, pod.RuntimeHandler) {
 		return false
 	}
-	for k, v := range s.Labels {
-		if got, ok := pod.Labels[k]; !ok || got != v {
+	for _, l := range s.labels {
+		if got, ok := pod.Labels[l.key]; !ok || got != l.value {
 			return false
 		}
 	}
@@ -194,20 +218,20 @@ func matches(s config.Selector, pod Pod) bool {
 
 // excludedBy returns the first exclusion criterion the pod meets: any one
 // namespace, runtime handler or label pair excludes it.
-func excludedBy(s config.Selector, pod Pod) string {
-	for _, g := range s.Namespaces {
+func excludedBy(s selector, pod Pod) string {
+	for _, g := range s.namespaces {
 		if glob(g, pod.Namespace) {
 			return "namespace " + g
 		}
 	}
-	for _, g := range s.RuntimeHandlers {
+	for _, g := range s.runtimeHandlers {
 		if glob(g, pod.RuntimeHandler) {
 			return "runtime handler " + g
 		}
 	}
-	for _, k := range sortedKeys(s.Labels) {
-		if got, ok := pod.Labels[k]; ok && got == s.Labels[k] {
-			return "label " + k + "=" + got
+	for _, l := range s.labels {
+		if got, ok := pod.Labels[l.key]; ok && got == l.value {
+			return "label " + l.key + "=" + got
 		}
 	}
 	return ""

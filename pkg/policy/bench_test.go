@@ -1,0 +1,81 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+)
+
+// largeConfig has 64 defaults, 32 rules and 3 exclusions, the size the
+// benchmark targets in docs/benchmarks.md are set for.
+func largeConfig(tb testing.TB) *config.Config {
+	var b strings.Builder
+	b.WriteString("sysctls:\n")
+	for i := 0; i < 64; i++ {
+		fmt.Fprintf(&b, "  net.ipv4.conf.eth%d.rp_filter: %d\n", i, i%3)
+	}
+	b.WriteString("rules:\n")
+	for i := 0; i < 32; i++ {
+		fmt.Fprintf(&b, "  - name: r%d\n    match: {namespaces: [\"team-%d-*\"], labels: {tier: t%d}}\n    sysctls: {net.ipv4.conf.eth%d.rp_filter: 2, net.core.somaxconn: %d}\n", i, i%4, i%3, i, 1000+i)
+	}
+	b.WriteString("exclude:\n  namespaces: [kube-system]\n  runtimeHandlers: [runsc]\n  labels: {nri-sysctl: \"off\"}\n")
+	cfg, err := config.Parse("large.yaml", []byte(b.String()), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+const smallConfig = `
+sysctls:
+  net.ipv4.tcp_keepalive_time: 600
+  net.ipv4.tcp_keepalive_intvl: 60
+  net.ipv4.tcp_keepalive_probes: 5
+  kernel.msgmax: 16384
+`
+
+func benchInput() Input {
+	return Input{
+		Pod: Pod{
+			Namespace: "team-1-shop", Name: "web-0",
+			Labels:         map[string]string{"tier": "t1", "app": "web"},
+			RuntimeHandler: "runc",
+			Own:            ownNormal,
+		},
+		PodOwn:   map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"},
+		Existing: map[string]string{},
+	}
+}
+
+func BenchmarkDecideSmall(b *testing.B) {
+	p := Compile(mustConfig(b, smallConfig))
+	in := benchInput()
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(in)
+	}
+}
+
+func BenchmarkDecideLarge(b *testing.B) {
+	p := Compile(largeConfig(b))
+	in := benchInput()
+	if d := p.Decide(in); len(d.Apply) != 65 {
+		b.Fatalf("large config applied %d keys, want 65", len(d.Apply))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(in)
+	}
+}
+
+func BenchmarkDecideExcluded(b *testing.B) {
+	p := Compile(largeConfig(b))
+	in := benchInput()
+	in.Pod.Namespace = "kube-system"
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(in)
+	}
+}

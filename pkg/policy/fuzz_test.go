@@ -1,0 +1,68 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// FuzzDecide checks the decision's safety invariants on arbitrary configs
+// and pods: never a key for a namespace the pod does not own, never a
+// non-namespaced key, never a key the pod set itself, never a key another
+// plugin already set.
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte(rulesConfig), "web-a", "tier=frontend", "runc", uint8(0b0111), "net.core.somaxconn=1", "net.ipv4.tcp_keepalive_time=5")
+	f.Add([]byte(baseConfig), "default", "", "", uint8(0b0010), "kernel.msgmax=1", "")
+	f.Add([]byte(baseConfig), "kube-system", "a=b", "runsc", uint8(0b1111), "", "kernel.domainname=x")
+	f.Add([]byte("sysctls: {net/ipv4/conf/eth0.1/rp_filter: 2, user.max_user_namespaces: 3}\n"), "x", "", "", uint8(0b1000), "net.ipv4.conf.eth0/1.rp_filter=1", "")
+	f.Fuzz(func(t *testing.T, cfgText []byte, namespace, labels, handler string, own uint8, podOwn, existing string) {
+		cfg, err := config.Parse("fuzz.yaml", cfgText, nil)
+		if err != nil {
+			return
+		}
+		p := Compile(cfg)
+		in := Input{
+			Pod: Pod{
+				Namespace: namespace, Labels: pairs(labels), RuntimeHandler: handler,
+				Own: NamespaceSet{Net: own&1 != 0, IPC: own&2 != 0, UTS: own&4 != 0, User: own&8 != 0},
+			},
+			PodOwn:   pairs(podOwn),
+			Existing: pairs(existing),
+		}
+		d := p.Decide(in)
+		if d.Excluded != "" && (len(d.Apply) != 0 || len(d.Skipped) != 0) {
+			t.Fatalf("excluded pod got %v", d)
+		}
+		for _, s := range d.Apply {
+			ns := sysctl.NamespaceOf(s.Key())
+			if ns == sysctl.NotNamespaced {
+				t.Fatalf("non-namespaced key %s applied", s.Key())
+			}
+			if !in.Pod.Own.Has(ns) {
+				t.Fatalf("%s applied to a pod without its own %s namespace", s.Key(), ns)
+			}
+			if _, ok := in.PodOwn[s.Key()]; ok {
+				t.Fatalf("%s applied over the pod's own value", s.Key())
+			}
+			if _, ok := in.Existing[s.Key()]; ok {
+				t.Fatalf("%s applied over another plugin's value", s.Key())
+			}
+			if err := sysctl.ValidateValue(s.Value()); err != nil {
+				t.Fatalf("%s applied with bad value: %v", s.Key(), err)
+			}
+		}
+	})
+}
+
+// pairs reads "k=v,k=v".
+func pairs(s string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}

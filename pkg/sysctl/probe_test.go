@@ -1,0 +1,148 @@
+package sysctl
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root to create namespaces")
+	}
+}
+
+func readlink(t *testing.T, path string) string {
+	t.Helper()
+	l, err := os.Readlink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestProbeKernel(t *testing.T) {
+	needRoot(t)
+	// A fresh network namespace has fewer net.core keys than the host's:
+	// netdev_max_backlog is only in the initial one (checked on 6.x).
+	if _, err := os.Stat("/proc/sys/net/core/netdev_max_backlog"); err != nil {
+		t.Fatalf("host has no net.core.netdev_max_backlog: %v", err)
+	}
+	names := []string{
+		"net.ipv4.tcp_keepalive_time",
+		"net.ipv4.tcp_keepalive_tme",
+		"net.core.netdev_max_backlog",
+		"net.core.somaxconn",
+		"kernel.msgmax",
+		"kernel.sem",
+		"fs.mqueue.msg_max",
+		"kernel.domainname",
+		"net.ipv4.conf.eth0.rp_filter",
+		"net.ipv4.conf.eth0/100.rp_filter",
+		"net.ipv4.conf.all.rp_filter",
+		"net.ipv6.conf.eth0.accept_ra",
+		"net.ipv4.neigh.eth0.gc_stale_time",
+		"net.ipv6.neigh.eth0.retrans_time_ms",
+		// Table-wide neigh entries exist only in the host's namespace.
+		"net.ipv4.neigh.default.gc_thresh1",
+		"net.ipv4.neigh.eth0.gc_thresh1",
+		"kernel.shmbogus",
+		// Not namespaced: not probed, even when missing.
+		"vm.no_such_key",
+		"kernel.core_pattern",
+	}
+	missing, err := ProbeKernel(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]error{
+		"net.ipv4.tcp_keepalive_tme":        ErrMissing,
+		"net.core.netdev_max_backlog":       ErrMissing,
+		"net.ipv4.neigh.default.gc_thresh1": ErrMissing,
+		"net.ipv4.neigh.eth0.gc_thresh1":    ErrMissing,
+		"kernel.shmbogus":                   ErrMissing,
+	}
+	if !reflect.DeepEqual(missing, want) {
+		t.Errorf("ProbeKernel missing = %v, want %v", missing, want)
+	}
+}
+
+func TestProbeKernelNoNames(t *testing.T) {
+	needRoot(t)
+	missing, err := ProbeKernel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing == nil || len(missing) != 0 {
+		t.Errorf("ProbeKernel(nil) = %#v, want an empty map", missing)
+	}
+}
+
+// The probe must run on a thread that dies afterwards: no thread of this
+// process may stay in the throw-away namespaces.
+func TestProbeKernelLeavesNamespaces(t *testing.T) {
+	needRoot(t)
+	want := readlink(t, "/proc/self/ns/net")
+	wantIPC := readlink(t, "/proc/self/ns/ipc")
+	for i := 0; i < 20; i++ {
+		if _, err := ProbeKernel([]string{"net.core.somaxconn"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readlink(t, "/proc/self/ns/net"); got != want {
+		t.Fatalf("process network namespace changed from %s to %s", want, got)
+	}
+	// A probe thread may still be on its way out; wait until it is gone.
+	// This bounds thread exit only; it is not a speed requirement.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		stray := strayThreads(t, want, wantIPC)
+		if len(stray) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("threads still in other namespaces: %v", stray)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Threads the pool hands out now are in the original namespace.
+	for i := 0; i < 4*runtime.GOMAXPROCS(0); i++ {
+		got := make(chan string)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			l, _ := os.Readlink("/proc/thread-self/ns/net")
+			got <- l
+		}()
+		if l := <-got; l != want {
+			t.Fatalf("a pooled thread is in network namespace %s, want %s", l, want)
+		}
+	}
+}
+
+// strayThreads lists this process's threads whose network or IPC
+// namespace is not the given one.
+func strayThreads(t *testing.T, net, ipc string) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stray []string
+	for _, task := range tasks {
+		for ns, want := range map[string]string{"net": net, "ipc": ipc} {
+			l, err := os.Readlink(filepath.Join(task, "ns", ns))
+			if err != nil {
+				continue // the thread has exited meanwhile
+			}
+			if l != want {
+				stray = append(stray, task+": "+l)
+			}
+		}
+	}
+	return stray
+}
