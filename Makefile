@@ -6,7 +6,7 @@ BIN       := bin/nri-sysctl
 GO        ?= go
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
-E2E_CONTAINERD_VERSIONS ?= v2.4.2
+E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
 
 .PHONY: all build test unit vet fmt-check e2e setup test-all demo install clean
 

@@ -1,0 +1,183 @@
+package e2e
+
+// Running the nri-sysctl plugin as an external NRI plugin connected to the
+// test containerd's NRI socket.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readyLine is what the plugin logs once its stub has registered with NRI.
+// It is used only to know when to go on, never as evidence of behaviour.
+const readyLine = "registered with NRI"
+
+type pluginProc struct {
+	c       *cluster
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// pluginBinary returns the plugin binary, failing the test if it is missing.
+func pluginBinary(t *testing.T) string {
+	t.Helper()
+	c := getCluster(t)
+	if _, err := os.Stat(c.pluginBin); err != nil {
+		t.Fatalf("plugin binary %s is missing: run `make build` (or set NRI_SYSCTL_BIN): %v", c.pluginBin, err)
+	}
+	return c.pluginBin
+}
+
+// writePluginConfig writes a plugin config file (mode 0600) and returns its path.
+func writePluginConfig(t *testing.T, configYAML string) string {
+	t.Helper()
+	c := getCluster(t)
+	path := filepath.Join(c.workDir, c.nextID("plugin-config")+".yaml")
+	if err := os.WriteFile(path, []byte(configYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func pluginArgs(c *cluster, configPath string, extra []string) []string {
+	args := []string{
+		"--config", configPath,
+		"--nri-socket", c.nriSock,
+		"--containerd-address", c.grpcSock,
+		"--containerd-namespace", k8sNamespace,
+		"--log-level", "debug",
+	}
+	// E.g. NRI_SYSCTL_E2E_PLUGIN_ARGS="--mode namespace" runs every case in
+	// another plugin mode.
+	args = append(args, strings.Fields(os.Getenv("NRI_SYSCTL_E2E_PLUGIN_ARGS"))...)
+	return append(args, extra...)
+}
+
+// startPlugin runs the plugin with configYAML and waits until it has
+// registered with NRI. It is stopped when the test ends.
+func startPlugin(t *testing.T, configYAML string, extraArgs ...string) *pluginProc {
+	t.Helper()
+	c := getCluster(t)
+	bin := pluginBinary(t)
+	cfg := writePluginConfig(t, configYAML)
+	p := &pluginProc{c: c, logPath: filepath.Join(c.logDir, c.nextID("plugin")+".log"), exited: make(chan struct{})}
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, pluginArgs(c, cfg, extraArgs)...)
+	p.cmd.Stdout = logFile
+	p.cmd.Stderr = logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start plugin: %v", err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	c.mu.Lock()
+	c.plugins[p] = true
+	c.mu.Unlock()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- plugin log tail (%s) ---\n%s", p.logPath, tail(p.logPath, 80))
+		}
+		select {
+		case <-p.exited:
+			if !t.Failed() {
+				t.Errorf("plugin exited before the end of the test: %v\n%s", p.waitErr, tail(p.logPath, 40))
+			}
+		default:
+		}
+		p.stop()
+	})
+
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case <-p.exited:
+			t.Fatalf("plugin exited before registering with NRI: %v\n--- plugin log ---\n%s", p.waitErr, tail(p.logPath, 80))
+		case <-deadline:
+			t.Fatalf("plugin did not log %q within 20s\n--- plugin log ---\n%s", readyLine, tail(p.logPath, 80))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if data, err := os.ReadFile(p.logPath); err == nil && bytes.Contains(data, []byte(readyLine)) {
+			for _, line := range strings.Split(string(data), "\n") {
+				if strings.Contains(line, readyLine) {
+					t.Logf("plugin ready: %s", strings.TrimSpace(line))
+					break
+				}
+			}
+			return p
+		}
+	}
+}
+
+// stop ends the plugin: SIGTERM, then SIGKILL after 10s.
+func (p *pluginProc) stop() {
+	select {
+	case <-p.exited:
+	default:
+		stopProcess(p.cmd.Process.Pid, p.exited, 10*time.Second)
+	}
+	p.c.mu.Lock()
+	delete(p.c.plugins, p)
+	p.c.mu.Unlock()
+}
+
+// running reports whether the plugin process is still alive.
+func (p *pluginProc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// runPluginExpectExit runs the plugin with configYAML and returns its exit code
+// and combined output. It fails the test if the plugin is still running after
+// 20s (it is then killed).
+func runPluginExpectExit(t *testing.T, configYAML string, extraArgs ...string) (int, string) {
+	t.Helper()
+	c := getCluster(t)
+	bin := pluginBinary(t)
+	cfg := writePluginConfig(t, configYAML)
+	return runExpectExit(t, bin, pluginArgs(c, cfg, extraArgs)...)
+}
+
+// runExpectExit runs a command and returns its exit code and combined output.
+func runExpectExit(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s still running after 20s (killed); output:\n%s", bin, strings.Join(args, " "), out)
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), string(out)
+	default:
+		t.Fatalf("run %s: %v", bin, err)
+		return -1, ""
+	}
+}
