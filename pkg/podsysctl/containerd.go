@@ -61,7 +61,7 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 		if ext := sb.GetSandbox().GetExtensions()[sandboxStoreMetadataExt]; ext != nil {
 			own, err := sysctlsFromCRIMetadata(ext.GetValue())
 			if err == nil {
-				return PodSysctls{Own: own, Source: SourceSandboxConfig}, nil
+				return PodSysctls{Own: own, Source: SourceSandboxConfig, GIDMappings: gidMappingsFromSpec(sb.GetSandbox().GetSpec().GetValue())}, nil
 			}
 			errs = append(errs, fmt.Errorf("sandbox store: %w", err))
 		}
@@ -76,20 +76,20 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 		errs = append(errs, fmt.Errorf("pause container: %w", err))
 		if spec := sb.GetSandbox().GetSpec(); spec != nil {
 			if own, err := sysctlsFromSpec(spec.GetValue()); err == nil {
-				return PodSysctls{Own: own, Source: SourceSandboxSpec}, nil
+				return PodSysctls{Own: own, Source: SourceSandboxSpec, GIDMappings: gidMappingsFromSpec(spec.GetValue())}, nil
 			}
 		}
 		return PodSysctls{}, fmt.Errorf("looking up pod %s: %w", podID, errors.Join(errs...))
 	}
 	if ext := ctr.GetContainer().GetExtensions()[pauseContainerMetaExt]; ext != nil {
 		if own, err := sysctlsFromCRIMetadata(ext.GetValue()); err == nil {
-			return PodSysctls{Own: own, Source: SourceRuntimeConfig}, nil
+			return PodSysctls{Own: own, Source: SourceRuntimeConfig, GIDMappings: gidMappingsFromSpec(ctr.GetContainer().GetSpec().GetValue())}, nil
 		}
 	}
 	if spec := ctr.GetContainer().GetSpec(); spec != nil {
 		own, err := sysctlsFromSpec(spec.GetValue())
 		if err == nil {
-			return PodSysctls{Own: own, Source: SourceSandboxSpec}, nil
+			return PodSysctls{Own: own, Source: SourceSandboxSpec, GIDMappings: gidMappingsFromSpec(spec.GetValue())}, nil
 		}
 		errs = append(errs, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -31,6 +32,9 @@ const (
 type PodSysctls struct {
 	Own    map[string]string
 	Source string
+	// GIDMappings is the sandbox's user namespace gid mapping, when it
+	// has one and its spec could be read.
+	GIDMappings []policy.IDMapping
 	// Err is why the lookup failed when Source is SourceUnknown.
 	Err error
 }
@@ -92,6 +96,18 @@ func (c *Cache) Forget(podID string) {
 	c.mu.Unlock()
 }
 
+// Retain drops every pod for which keep returns false: pods removed while
+// the plugin was not connected, whose RemovePodSandbox it never saw.
+func (c *Cache) Retain(keep func(podID string) bool) {
+	c.mu.Lock()
+	for id := range c.pods {
+		if !keep(id) {
+			delete(c.pods, id)
+		}
+	}
+	c.mu.Unlock()
+}
+
 // Len is the number of cached pods.
 func (c *Cache) Len() int {
 	c.mu.Lock()
@@ -131,13 +147,21 @@ func sysctlsFromCRIMetadata(data []byte) (map[string]string, error) {
 	return normalized(m.Metadata.Config.Linux.Sysctls), nil
 }
 
+// ociSpec is the part of an OCI spec we read.
+type ociSpec struct {
+	Linux *struct {
+		Sysctl      map[string]string `json:"sysctl"`
+		GIDMappings []struct {
+			ContainerID uint32 `json:"containerID"`
+			HostID      uint32 `json:"hostID"`
+			Size        uint32 `json:"size"`
+		} `json:"gidMappings"`
+	} `json:"linux"`
+}
+
 // sysctlsFromSpec reads linux.sysctl from an OCI spec in JSON.
 func sysctlsFromSpec(data []byte) (map[string]string, error) {
-	var spec struct {
-		Linux *struct {
-			Sysctl map[string]string `json:"sysctl"`
-		} `json:"linux"`
-	}
+	var spec ociSpec
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return nil, fmt.Errorf("decoding sandbox spec: %w", err)
 	}
@@ -145,6 +169,20 @@ func sysctlsFromSpec(data []byte) (map[string]string, error) {
 		return normalized(nil), nil
 	}
 	return normalized(spec.Linux.Sysctl), nil
+}
+
+// gidMappingsFromSpec reads linux.gidMappings from an OCI spec in JSON;
+// nil when there are none or the spec cannot be read.
+func gidMappingsFromSpec(data []byte) []policy.IDMapping {
+	var spec ociSpec
+	if json.Unmarshal(data, &spec) != nil || spec.Linux == nil {
+		return nil
+	}
+	var out []policy.IDMapping
+	for _, m := range spec.Linux.GIDMappings {
+		out = append(out, policy.IDMapping{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
+	}
+	return out
 }
 
 func normalized(in map[string]string) map[string]string {

@@ -119,3 +119,16 @@ func TestCacheKeepsFailureAsUnknown(t *testing.T) {
 		t.Fatalf("fetched %d times, want 1", n)
 	}
 }
+
+func TestGIDMappingsFromSpec(t *testing.T) {
+	got := gidMappingsFromSpec([]byte(`{"linux":{"gidMappings":[{"containerID":0,"hostID":100000,"size":65536}]}}`))
+	if len(got) != 1 || got[0].ContainerID != 0 || got[0].HostID != 100000 || got[0].Size != 65536 {
+		t.Fatalf("got %+v", got)
+	}
+	if got := gidMappingsFromSpec([]byte(`{"linux":{}}`)); got != nil {
+		t.Fatalf("no mappings: %+v", got)
+	}
+	if got := gidMappingsFromSpec(nil); got != nil {
+		t.Fatalf("no spec: %+v", got)
+	}
+}

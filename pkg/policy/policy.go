@@ -52,6 +52,8 @@ type Input struct {
 	// Existing holds the sysctls already on the container as the plugin
 	// sees it: set by the runtime or a lower-index plugin.
 	Existing map[string]string
+	// GIDMappings is the pod's user namespace gid mapping, if it has one.
+	GIDMappings []IDMapping
 }
 
 // Skip reasons, stable for logs and tests.
@@ -157,6 +159,14 @@ func (p *Policy) Decide(in Input) Decision {
 		if reason := skipReason(key, p.ns[i], in); reason != "" {
 			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
 			continue
+		}
+		if key == pingGroupRange && in.Pod.Own.User {
+			clamped, ok, reason := clampPingGroupRange(value, in.GIDMappings)
+			if !ok {
+				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
+				continue
+			}
+			value = clamped
 		}
 		d.Apply = append(d.Apply, sysctl.New(key, value))
 	}

@@ -1,0 +1,50 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// pingGroupRange is the one sysctl whose value names group IDs: inside a
+// pod's user namespace only the mapped GIDs exist, so it is clamped to
+// them, as CRI-O does.
+const pingGroupRange = "net.ipv4.ping_group_range"
+
+// IDMapping is one line of a user namespace's gid_map.
+type IDMapping struct {
+	ContainerID uint32
+	HostID      uint32
+	Size        uint32
+}
+
+// clampPingGroupRange narrows "lo hi" to the container-side GIDs the
+// mappings cover. ok is false when nothing is left or the value cannot be
+// read, with the reason.
+func clampPingGroupRange(value string, mappings []IDMapping) (clamped string, ok bool, reason string) {
+	if len(mappings) == 0 {
+		return "", false, "pod has its own user namespace but its gid mapping is unknown, so the range cannot be clamped"
+	}
+	fields := strings.Fields(value)
+	if len(fields) != 2 {
+		return "", false, fmt.Sprintf("value %q is not \"low high\"", value)
+	}
+	lo, err1 := strconv.ParseUint(fields[0], 10, 32)
+	hi, err2 := strconv.ParseUint(fields[1], 10, 32)
+	if err1 != nil || err2 != nil {
+		return "", false, fmt.Sprintf("value %q is not two GIDs", value)
+	}
+	minGID, maxGID := uint64(1<<32-1), uint64(0)
+	for _, m := range mappings {
+		if m.Size == 0 {
+			continue
+		}
+		minGID = min(minGID, uint64(m.ContainerID))
+		maxGID = max(maxGID, uint64(m.ContainerID)+uint64(m.Size)-1)
+	}
+	lo, hi = max(lo, minGID), min(hi, maxGID)
+	if lo > hi {
+		return "", false, fmt.Sprintf("range %q has no GID mapped in the pod's user namespace", value)
+	}
+	return fmt.Sprintf("%d %d", lo, hi), true, ""
+}

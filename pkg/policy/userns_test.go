@@ -1,0 +1,56 @@
+package policy
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestClampPingGroupRange(t *testing.T) {
+	pod65536 := []IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	tests := []struct {
+		name     string
+		value    string
+		mappings []IDMapping
+		want     string
+		wantOK   bool
+	}{
+		{"full range clamped to the mapping", "0 2147483647", pod65536, "0 65535", true},
+		{"range inside the mapping kept", "100 200", pod65536, "100 200", true},
+		{"low end raised to the first mapped gid", "0 50", []IDMapping{{ContainerID: 10, HostID: 5000, Size: 100}}, "10 50", true},
+		{"several mappings: their span", "0 4294967295", []IDMapping{{0, 1000, 1}, {1, 100000, 65535}}, "0 65535", true},
+		{"nothing mapped in range", "70000 80000", pod65536, "", false},
+		{"unknown mapping", "0 10", nil, "", false},
+		{"not two numbers", "0", pod65536, "", false},
+		{"not numeric", "a b", pod65536, "", false},
+		{"tabs are fields too", "1\t2", pod65536, "1 2", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, reason := clampPingGroupRange(tc.value, tc.mappings)
+			if got != tc.want || ok != tc.wantOK {
+				t.Fatalf("clamp(%q) = %q, %v (%s); want %q, %v", tc.value, got, ok, reason, tc.want, tc.wantOK)
+			}
+			if !ok && reason == "" {
+				t.Fatal("no reason given")
+			}
+		})
+	}
+}
+
+func TestDecideClampsPingGroupRangeOnlyUnderUserNamespaces(t *testing.T) {
+	p := Compile(mustConfig(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"))
+	mappings := []IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+
+	d := p.Decide(Input{Pod: Pod{Own: ownAll}, GIDMappings: mappings})
+	if got := applied(d); !reflect.DeepEqual(got, map[string]string{"net.ipv4.ping_group_range": "0 65535"}) {
+		t.Fatalf("user-namespace pod: %v", got)
+	}
+	d = p.Decide(Input{Pod: Pod{Own: ownNormal}})
+	if got := applied(d); !reflect.DeepEqual(got, map[string]string{"net.ipv4.ping_group_range": "0 2147483647"}) {
+		t.Fatalf("pod in the host user namespace keeps the full range: %v", got)
+	}
+	d = p.Decide(Input{Pod: Pod{Own: ownAll}})
+	if len(d.Apply) != 0 || len(d.Skipped) != 1 {
+		t.Fatalf("user-namespace pod with unknown mapping must skip: %+v", d)
+	}
+}
