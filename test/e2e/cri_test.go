@@ -32,6 +32,9 @@ type PodSpec struct {
 	HostNetwork    bool
 	HostIPC        bool
 	RuntimeHandler string // crictl runp --runtime; "" = containerd's default
+	// UserNamespace gives the pod its own user namespace (hostUsers:
+	// false), mapping container IDs 0-65535 to host IDs from 100000.
+	UserNamespace bool
 }
 
 // Pod is a running pod sandbox.
@@ -51,9 +54,22 @@ type criMetadata struct {
 }
 
 type criNamespaceOptions struct {
-	Network int `json:"network"`
-	Pid     int `json:"pid"`
-	Ipc     int `json:"ipc"`
+	Network       int               `json:"network"`
+	Pid           int               `json:"pid"`
+	Ipc           int               `json:"ipc"`
+	UsernsOptions *criUsernsOptions `json:"userns_options,omitempty"`
+}
+
+type criIDMapping struct {
+	HostID      uint32 `json:"host_id"`
+	ContainerID uint32 `json:"container_id"`
+	Length      uint32 `json:"length"`
+}
+
+type criUsernsOptions struct {
+	Mode int            `json:"mode"` // 0 = POD: the pod's own user namespace
+	UIDs []criIDMapping `json:"uids"`
+	GIDs []criIDMapping `json:"gids"`
 }
 
 type criPodConfig struct {
@@ -79,7 +95,11 @@ type criContainerConfig struct {
 	Args    []string          `json:"args,omitempty"`
 	LogPath string            `json:"log_path"`
 	Labels  map[string]string `json:"labels,omitempty"`
-	Linux   struct{}          `json:"linux"`
+	Linux   struct {
+		SecurityContext *struct {
+			NamespaceOptions criNamespaceOptions `json:"namespace_options"`
+		} `json:"security_context,omitempty"`
+	} `json:"linux"`
 }
 
 func randomUID() string {
@@ -141,6 +161,10 @@ func (c *cluster) runPodErr(spec PodSpec) (*Pod, error) {
 	if spec.HostIPC {
 		ns.Ipc = nsModeNode
 	}
+	if spec.UserNamespace {
+		mapping := []criIDMapping{{HostID: 100000, ContainerID: 0, Length: 65536}}
+		ns.UsernsOptions = &criUsernsOptions{Mode: 0, UIDs: mapping, GIDs: mapping}
+	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, err
 	}
@@ -190,6 +214,18 @@ func (c *cluster) createContainerErr(pod *Pod, name string, command []string) (s
 	cfg.Image.Image = busyboxImage
 	cfg.Command = command
 	cfg.LogPath = name + ".log"
+	if pod.Spec.UserNamespace {
+		// A container must repeat its pod's user namespace settings.
+		var podCfg criPodConfig
+		if data, err := os.ReadFile(pod.ConfigPath); err != nil {
+			return "", err
+		} else if err := json.Unmarshal(data, &podCfg); err != nil {
+			return "", err
+		}
+		cfg.Linux.SecurityContext = &struct {
+			NamespaceOptions criNamespaceOptions `json:"namespace_options"`
+		}{podCfg.Linux.SecurityContext.NamespaceOptions}
+	}
 	path := filepath.Join(c.workDir, "ctr-"+randomUID()+".json")
 	if err := writeJSON(path, cfg); err != nil {
 		return "", err
