@@ -6,7 +6,7 @@ BIN       := bin/nri-sysctl
 GO        ?= go
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
-E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
+E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9 v1.7.35
 
 .PHONY: all build test unit vet fmt-check e2e setup test-all demo install clean
 
@@ -64,3 +64,28 @@ install: build
 
 clean:
 	rm -rf bin
+
+# Benchmarks (docs/benchmarks.md). Sizes come from the environment or the
+# make command line: NRI_SYSCTL_BENCH_PODS (default 100 per configuration),
+# NRI_SYSCTL_BENCH_CHURN_PODS (default 2000). Reports: bin/bench/.
+BENCH_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
+.PHONY: bench bench-smoke bench-churn
+
+## bench: Go micro-benchmarks, then the create-path benchmark (no plugin,
+## no-op plugin, nri-sysctl; interleaved) against each containerd (root).
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./plugin/
+	@for v in $(BENCH_CONTAINERD_VERSIONS); do \
+		echo "=== create-path benchmark against containerd $$v"; \
+		NRI_SYSCTL_BENCH=1 NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 60m -v -run '^TestBenchCreatePath$$' ./test/e2e/ || exit 1; \
+	done
+
+## bench-smoke: a 10-pod create-path benchmark that checks the benchmark works
+## (every nri-sysctl pod got its defaults, a report was written); no timing checks.
+bench-smoke: build
+	NRI_SYSCTL_BENCH=1 NRI_SYSCTL_BENCH_PODS=10 $(GO) test -count=1 -timeout 10m -v -run '^TestBenchCreatePath$$' ./test/e2e/
+
+## bench-churn: create and remove many pods under one plugin process; its
+## memory along the way, and its per-pod state once every pod is gone.
+bench-churn: build
+	NRI_SYSCTL_BENCH=1 $(GO) test -count=1 -timeout 90m -v -run '^TestBenchChurn$$' ./test/e2e/
