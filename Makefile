@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9 v1.7.35
 
-.PHONY: all build test unit vet fmt-check e2e setup test-all demo install clean
+.PHONY: all build test unit vet fmt-check fuzz-smoke e2e setup test-all demo install clean
 
 all: build
 
@@ -19,7 +19,7 @@ build:
 test: fmt-check vet unit
 
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/...
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/
 
 vet:
 	$(GO) vet ./...
@@ -27,6 +27,13 @@ vet:
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+## fuzz-smoke: each fuzz target for FUZZTIME (CI: 10s); seed corpora live in testdata/fuzz.
+FUZZTIME ?= 10s
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(FUZZTIME) ./pkg/sysctl/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./pkg/policy/
 
 ## setup: install what the end-to-end tests need (apt packages, containerd, crictl).
 setup:
@@ -40,7 +47,7 @@ e2e: build
 	done
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test e2e
+test-all: setup test fuzz-smoke e2e
 
 ## demo: a throwaway containerd, the plugin with config/config.yaml, one pod.
 demo: setup build

@@ -43,9 +43,12 @@ type options struct {
 	pluginIdx           string
 	containerdAddress   string
 	containerdNamespace string
-	logLevel            string
-	mode                string
-	skipKernelCheck     bool
+	// Set when the flag was given: it then wins over the config.
+	containerdAddressSet   bool
+	containerdNamespaceSet bool
+	logLevel               string
+	mode                   string
+	skipKernelCheck        bool
 }
 
 func main() {
@@ -92,6 +95,14 @@ func parseRunFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "containerd-address":
+			o.containerdAddressSet = true
+		case "containerd-namespace":
+			o.containerdNamespaceSet = true
+		}
+	})
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
@@ -136,18 +147,21 @@ func runPlugin(o options, stderr io.Writer) int {
 
 	preinstalled := os.Getenv(api.PluginSocketEnvVar) != ""
 	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
+	// The containerd connection follows the config in force: a
+	// pre-installed plugin may get its config (and so its containerd
+	// socket) only in Configure.
+	fetcher := &switchingFetcher{log: log}
+	defer fetcher.Close()
+	p.pods = podsysctl.NewCache(fetcher)
+	p.retarget = func(cfg *config.Config) error { return fetcher.use(resolveContainerd(o, cfg)) }
 	if err := p.loadInitialConfig(o.configPath, preinstalled); err != nil {
 		log.Errorf("refusing to start: %v", err)
 		return 1
 	}
-
-	fetcher, err := podsysctl.NewContainerd(o.containerdAddress, o.containerdNamespace)
-	if err != nil {
+	if err := p.retarget(p.current.Load().cfg); err != nil {
 		log.Errorf("refusing to start: %v", err)
 		return 1
 	}
-	defer fetcher.Close()
-	p.pods = podsysctl.NewCache(fetcher)
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()

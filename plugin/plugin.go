@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -41,12 +42,20 @@ type plugin struct {
 	current      atomic.Pointer[loaded]
 	pods         *podsysctl.Cache
 	applyMode    atomic.Value // runtimemode.Mode
+	// pinned holds the config each pod was first decided with, until
+	// RemovePodSandbox: a reload applies to pods created after it, never
+	// to part of a pod's containers.
+	pinMu  sync.Mutex
+	pinned map[string]*loaded
+	// retarget, when set, points pod lookups at the containerd the config
+	// names; it runs before a new config is put in force.
+	retarget func(*config.Config) error
 	// writeNamespaces is swapped in tests.
 	writeNamespaces func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride string) *plugin {
-	p := &plugin{log: log, check: check, modeOverride: modeOverride, writeNamespaces: nswrite.Write}
+	p := &plugin{log: log, check: check, modeOverride: modeOverride, writeNamespaces: nswrite.Write, pinned: map[string]*loaded{}}
 	p.applyMode.Store(runtimemode.Spec)
 	p.setConfig(&config.Config{Mode: config.ModeAuto, OnError: config.OnErrorFail})
 	return p
@@ -56,7 +65,35 @@ func (p *plugin) setConfig(cfg *config.Config) {
 	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg)})
 }
 
+// applyConfig puts a validated config in force, first moving pod lookups
+// to the containerd it names.
+func (p *plugin) applyConfig(cfg *config.Config) error {
+	if p.retarget != nil {
+		if err := p.retarget(cfg); err != nil {
+			return err
+		}
+	}
+	p.setConfig(cfg)
+	return nil
+}
+
 func (p *plugin) mode() runtimemode.Mode { return p.applyMode.Load().(runtimemode.Mode) }
+
+// configFor returns the config a pod is decided with: the one in force at
+// the pod's first event (RunPodSandbox, or its first container when the
+// plugin came up after the pod). Without this, a reload between two
+// containers of a pod would give them different sysctls, and in namespace
+// mode the annotations would not match what RunPodSandbox wrote.
+func (p *plugin) configFor(pod *api.PodSandbox) *loaded {
+	p.pinMu.Lock()
+	defer p.pinMu.Unlock()
+	if cur, ok := p.pinned[pod.GetId()]; ok {
+		return cur
+	}
+	cur := p.current.Load()
+	p.pinned[pod.GetId()] = cur
+	return cur
+}
 
 // loadInitialConfig reads the config file. A pre-installed plugin may get
 // its config from containerd in Configure instead, so a missing file is
@@ -72,7 +109,9 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 	if err != nil {
 		return err
 	}
-	p.setConfig(cfg)
+	if err := p.applyConfig(cfg); err != nil {
+		return err
+	}
 	p.log.Infof("config %s: %d default(s), %d rule(s)", path, len(cfg.Sysctls), len(cfg.Rules))
 	return nil
 }
@@ -86,7 +125,10 @@ func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion 
 			p.log.Errorf("rejecting config from the runtime: %v", err)
 			return 0, err
 		}
-		p.setConfig(cfg)
+		if err := p.applyConfig(cfg); err != nil {
+			p.log.Errorf("rejecting config from the runtime: %v", err)
+			return 0, err
+		}
 		p.log.Infof("config from the runtime: %d default(s), %d rule(s)", len(cfg.Sysctls), len(cfg.Rules))
 	}
 	mode, why := p.chooseMode(runtimeName, runtimeVersion)
@@ -110,15 +152,15 @@ func (p *plugin) chooseMode(runtimeName, runtimeVersion string) (runtimemode.Mod
 // RunPodSandbox writes the pod's sysctls into its namespaces in namespace
 // mode, before any app container exists.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	cur := p.configFor(pod)
 	if p.mode() != runtimemode.Namespace {
 		return nil
 	}
-	cur := p.current.Load()
 	d, ok := p.decide(ctx, cur, pod, nil)
 	if !ok || len(d.Apply) == 0 {
 		return nil
 	}
-	errs := p.writeNamespaces(namespaceTarget(pod), d.Apply)
+	errs := p.writeNamespaces(namespaceTarget(pod), p.hostSideValues(ctx, pod, d.Apply))
 	if len(errs) == 0 {
 		p.log.Debugf("pod %s: wrote %s into its namespaces", podName(pod), formatApplied(d.Apply))
 		return nil
@@ -132,10 +174,33 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	return err
 }
 
+// hostSideValues rewrites values that name IDs into the host's IDs: in
+// namespace mode the plugin writes from the host's user namespace, and the
+// kernel reads ping_group_range's GIDs in the writer's namespace.
+func (p *plugin) hostSideValues(ctx context.Context, pod *api.PodSandbox, list []sysctl.Sysctl) []sysctl.Sysctl {
+	if !podInfo(pod).Own.User {
+		return list
+	}
+	own, _ := p.pods.Get(ctx, pod.GetId())
+	out := make([]sysctl.Sysctl, 0, len(list))
+	for _, s := range list {
+		if s.Key() == "net.ipv4.ping_group_range" {
+			host, err := policy.HostPingGroupRange(s.Value(), own.GIDMappings)
+			if err != nil {
+				p.log.Warnf("pod %s: leaving %s out: %v", podName(pod), s.Key(), err)
+				continue
+			}
+			s = sysctl.New(s.Key(), host)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // CreateContainer sets the sysctls on the container's spec in spec mode. In
 // both modes it annotates what the pod got.
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	cur := p.current.Load()
+	cur := p.configFor(pod)
 	if cur.policy.Empty() {
 		return nil, nil, nil
 	}
@@ -189,20 +254,28 @@ func (p *plugin) reload(path string) {
 		p.log.Errorf("reload rejected, keeping the config in force: %v", err)
 		return
 	}
-	p.setConfig(cfg)
+	if err := p.applyConfig(cfg); err != nil {
+		p.log.Errorf("reload rejected, keeping the config in force: %v", err)
+		return
+	}
 	p.log.Infof("reloaded %s: %d default(s), %d rule(s)", path, len(cfg.Sysctls), len(cfg.Rules))
 }
 
 // Synchronize reports running containers that lack the plugin's
 // annotation: they were created while the plugin was away (fail-open).
+// It also forgets pods removed while the plugin was away: their
+// RemovePodSandbox never reached it. The runtime sends no event to a
+// plugin until its Synchronize has returned, so pods not in the list have
+// no event in flight.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	cur := p.current.Load()
-	if cur.policy.Empty() {
-		return nil, nil
-	}
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
+	}
+	p.forgetPodsNotIn(byID)
+	cur := p.current.Load()
+	if cur.policy.Empty() {
+		return nil, nil
 	}
 	missing := 0
 	for _, c := range ctrs {
@@ -223,10 +296,30 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	return nil, nil
 }
 
-// RemovePodSandbox drops the pod's cached sysctls.
+// RemovePodSandbox drops the pod's cached sysctls and pinned config.
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	p.pods.Forget(pod.GetId())
+	p.pinMu.Lock()
+	delete(p.pinned, pod.GetId())
+	pinned := len(p.pinned)
+	p.pinMu.Unlock()
+	// What the plugin keeps per pod, for the churn benchmark (make
+	// bench-churn): both must drop to 0 once every pod is removed.
+	p.log.Debugf("pod cache: %d pod(s), %d pinned config(s)", p.pods.Len(), pinned)
 	return nil
+}
+
+// forgetPodsNotIn drops what is kept for pods that no longer exist.
+func (p *plugin) forgetPodsNotIn(live map[string]*api.PodSandbox) {
+	keep := func(id string) bool { return live[id] != nil }
+	p.pods.Retain(keep)
+	p.pinMu.Lock()
+	for id := range p.pinned {
+		if !keep(id) {
+			delete(p.pinned, id)
+		}
+	}
+	p.pinMu.Unlock()
 }
 
 // decide gathers the inputs for one pod and runs the pure decision. ok is
@@ -247,6 +340,7 @@ func (p *plugin) decide(ctx context.Context, cur *loaded, pod *api.PodSandbox, e
 		p.log.Warnf("pod %s: read its sysctls from the %s; runtime-added keys count as the pod's own", podName(pod), own.Source)
 	}
 	in.PodOwn = own.Own
+	in.GIDMappings = own.GIDMappings
 	return cur.policy.Decide(in), true
 }
 

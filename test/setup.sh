@@ -4,10 +4,12 @@
 # Usage: test/setup.sh [CONTAINERD_VERSION...]      (default: v2.4.2)
 #
 # Installs, only when missing:
-#   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2
+#   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2,
+#     systemd (systemd-analyze, for test/install)
 #   - containerd, containerd-shim-runc-v2 and ctr of each requested version,
 #     built from the Go module proxy into $CACHE/containerd-<version>/bin
 #   - crictl into $CACHE/crictl-<CRICTL_VERSION>/bin
+#   - runc $USERNS_RUNC_VERSION into $CACHE/runc-<version>/bin, for user-namespace pods
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -16,8 +18,11 @@ set -euo pipefail
 
 CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}
 CRICTL_VERSION=${NRI_SYSCTL_CRICTL_VERSION:-v1.37.0}
+# A runc newer than Debian 12's 1.1.5, for user-namespace pods only: they
+# need id-mapped mounts. Built with cgo (runc's nsenter is C), no seccomp.
+USERNS_RUNC_VERSION=v1.5.3
 BUILD_TAGS="no_btrfs no_devmapper no_zfs"
-APT_PACKAGES=(runc containernetworking-plugins busybox-static iproute2)
+APT_PACKAGES=(runc containernetworking-plugins busybox-static iproute2 systemd)
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -135,6 +140,18 @@ build_crictl() {
 	"$bin/crictl" --version
 }
 
+build_userns_runc() {
+	local bin="$CACHE/runc-$USERNS_RUNC_VERSION/bin" tmp
+	mkdir -p "$bin"
+	tmp=$(mktemp -d "$CACHE/.build-runc.XXXXXX")
+	TMPDIRS+=("$tmp")
+	GOBIN="$tmp" CGO_ENABLED=1 go install "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" </dev/null
+	mv -f "$tmp/runc" "$bin/runc.new"
+	mv -f "$bin/runc.new" "$bin/runc"
+	rm -rf "$tmp"
+	"$bin/runc" --version | head -1
+}
+
 total_start=$(date +%s)
 mkdir -p "$CACHE"
 
@@ -153,6 +170,12 @@ if [[ -x $CACHE/crictl-$CRICTL_VERSION/bin/crictl ]]; then
 	log "crictl $CRICTL_VERSION: reusing $CACHE/crictl-$CRICTL_VERSION/bin/crictl"
 else
 	step "build crictl $CRICTL_VERSION" build_crictl
+fi
+
+if [[ -x $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc ]]; then
+	log "runc $USERNS_RUNC_VERSION (user-namespace pods): reusing $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc"
+else
+	step "build runc $USERNS_RUNC_VERSION (user-namespace pods)" build_userns_runc
 fi
 
 log "all done in $(($(date +%s) - total_start))s; cache: $CACHE"

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -52,6 +53,12 @@ type Config struct {
 	Exclude Selector
 	Mode    string
 	OnError string
+	// ContainerdAddress and ContainerdNamespace, when set, say where to
+	// look pods up (the --containerd-address and --containerd-namespace
+	// defaults). A pre-installed plugin gets no flags, so its config is
+	// the only place to name a containerd socket other than the default.
+	ContainerdAddress   string
+	ContainerdNamespace string
 }
 
 // Modes and error policies (see the README).
@@ -195,6 +202,12 @@ func (p *parser) parse(data []byte) bool {
 		},
 		"onError": func(k, v *yaml.Node) {
 			p.cfg.OnError = p.oneOf(v, "onError", OnErrorFail, OnErrorWarn)
+		},
+		"containerdAddress": func(k, v *yaml.Node) {
+			p.cfg.ContainerdAddress = p.socketPath(v, "containerdAddress")
+		},
+		"containerdNamespace": func(k, v *yaml.Node) {
+			p.cfg.ContainerdNamespace = p.containerdNamespace(v, "containerdNamespace")
 		},
 	})
 	return true
@@ -444,6 +457,42 @@ func (p *parser) oneOf(n *yaml.Node, where string, allowed ...string) string {
 		p.fail(n.Line, where, "%q is not one of: %s", v, strings.Join(allowed, ", "))
 	}
 	return allowed[0]
+}
+
+// socketPath is an absolute path to a unix socket.
+func (p *parser) socketPath(n *yaml.Node, where string) string {
+	v := p.str(n, where)
+	switch {
+	case n.Kind != yaml.ScalarNode || n.Tag == "!!null":
+		return ""
+	case v == "":
+		p.fail(n.Line, where, "must not be empty")
+	case strings.ContainsAny(v, "\x00\n"):
+		p.fail(n.Line, where, "must not contain NUL or a newline")
+	case !path.IsAbs(v):
+		p.fail(n.Line, where, "%q is not an absolute path to containerd's socket", v)
+	default:
+		return v
+	}
+	return ""
+}
+
+// containerdNamespaceRE is containerd's own rule for namespace names.
+var containerdNamespaceRE = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+
+func (p *parser) containerdNamespace(n *yaml.Node, where string) string {
+	v := p.str(n, where)
+	switch {
+	case n.Kind != yaml.ScalarNode || n.Tag == "!!null":
+		return ""
+	case v == "":
+		p.fail(n.Line, where, "must not be empty")
+	case len(v) > 76 || !containerdNamespaceRE.MatchString(v):
+		p.fail(n.Line, where, "%q is not a containerd namespace name", v)
+	default:
+		return v
+	}
+	return ""
 }
 
 // checkKernel probes every key once in throw-away namespaces.

@@ -14,7 +14,7 @@ import (
 )
 
 const (
-	known      = "known fields here: exclude, mode, onError, rules, sysctls"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, mode, onError, rules, sysctls"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -915,6 +915,43 @@ func checkSelector(t *testing.T, s Selector) {
 	for _, g := range append(append([]string(nil), s.Namespaces...), s.RuntimeHandlers...) {
 		if _, err := path.Match(g, ""); err != nil || g == "" {
 			t.Fatalf("accepted glob %q: %v", g, err)
+		}
+	}
+}
+
+func TestParseContainerdTarget(t *testing.T) {
+	cfg, err := Parse("f.yaml", []byte("containerdAddress: /run/k3s/containerd/containerd.sock\ncontainerdNamespace: k8s.io\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ContainerdAddress != "/run/k3s/containerd/containerd.sock" || cfg.ContainerdNamespace != "k8s.io" {
+		t.Fatalf("got address %q namespace %q", cfg.ContainerdAddress, cfg.ContainerdNamespace)
+	}
+	cfg, err = Parse("f.yaml", []byte("sysctls: {net.core.somaxconn: 1024}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ContainerdAddress != "" || cfg.ContainerdNamespace != "" {
+		t.Fatalf("not given, got address %q namespace %q", cfg.ContainerdAddress, cfg.ContainerdNamespace)
+	}
+
+	for _, tc := range []struct {
+		text string
+		want string
+	}{
+		{`containerdAddress: ""`, `f.yaml:1: containerdAddress: must not be empty`},
+		{`containerdAddress: run/containerd.sock`, `f.yaml:1: containerdAddress: "run/containerd.sock" is not an absolute path to containerd's socket`},
+		{`containerdAddress: "/run/a\nb.sock"`, `f.yaml:1: containerdAddress: must not contain NUL or a newline`},
+		{`containerdAddress: [/run/containerd.sock]`, `f.yaml:1: containerdAddress: must be a string, got a list`},
+		{`containerdAddress:`, `f.yaml:1: containerdAddress: must be a string, got ""`},
+		{`containerdNamespace: ""`, `f.yaml:1: containerdNamespace: must not be empty`},
+		{`containerdNamespace: "k8s io"`, `f.yaml:1: containerdNamespace: "k8s io" is not a containerd namespace name`},
+		{`containerdNamespace: {a: b}`, `f.yaml:1: containerdNamespace: must be a string, got a mapping`},
+	} {
+		cfg, err := Parse("f.yaml", []byte(tc.text+"\n"), nil)
+		got := problems(t, cfg, err)
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.text, got, tc.want)
 		}
 	}
 }

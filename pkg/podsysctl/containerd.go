@@ -59,9 +59,12 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 	sb, err := c.sandboxes.Get(ctx, &sandboxapi.StoreGetRequest{SandboxID: podID})
 	if err == nil {
 		if ext := sb.GetSandbox().GetExtensions()[sandboxStoreMetadataExt]; ext != nil {
-			own, err := sysctlsFromCRIMetadata(ext.GetValue())
+			own, gids, err := sysctlsFromCRIMetadata(ext.GetValue())
 			if err == nil {
-				return PodSysctls{Own: own, Source: SourceSandboxConfig, GIDMappings: gidMappingsFromSpec(sb.GetSandbox().GetSpec().GetValue())}, nil
+				if gids == nil {
+					gids = gidMappingsFromSpec(sb.GetSandbox().GetSpec().GetValue())
+				}
+				return PodSysctls{Own: own, Source: SourceSandboxConfig, GIDMappings: gids}, nil
 			}
 			errs = append(errs, fmt.Errorf("sandbox store: %w", err))
 		}
@@ -82,8 +85,11 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 		return PodSysctls{}, fmt.Errorf("looking up pod %s: %w", podID, errors.Join(errs...))
 	}
 	if ext := ctr.GetContainer().GetExtensions()[pauseContainerMetaExt]; ext != nil {
-		if own, err := sysctlsFromCRIMetadata(ext.GetValue()); err == nil {
-			return PodSysctls{Own: own, Source: SourceRuntimeConfig, GIDMappings: gidMappingsFromSpec(ctr.GetContainer().GetSpec().GetValue())}, nil
+		if own, gids, err := sysctlsFromCRIMetadata(ext.GetValue()); err == nil {
+			if gids == nil {
+				gids = gidMappingsFromSpec(ctr.GetContainer().GetSpec().GetValue())
+			}
+			return PodSysctls{Own: own, Source: SourceRuntimeConfig, GIDMappings: gids}, nil
 		}
 	}
 	if spec := ctr.GetContainer().GetSpec(); spec != nil {

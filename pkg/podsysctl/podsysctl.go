@@ -122,29 +122,47 @@ type criMetadata struct {
 	Metadata struct {
 		Config *struct {
 			Linux *struct {
-				Sysctls map[string]string `json:"sysctls"`
+				Sysctls         map[string]string `json:"sysctls"`
+				SecurityContext *struct {
+					NamespaceOptions *struct {
+						UsernsOptions *struct {
+							GIDs []struct {
+								HostID      uint32 `json:"host_id"`
+								ContainerID uint32 `json:"container_id"`
+								Length      uint32 `json:"length"`
+							} `json:"gids"`
+						} `json:"userns_options"`
+					} `json:"namespace_options"`
+				} `json:"security_context"`
 			} `json:"linux"`
 		}
 	}
 }
 
-// sysctlsFromCRIMetadata reads linux.sysctls from CRI metadata JSON. ok is
-// false when the JSON does not hold a pod config.
-func sysctlsFromCRIMetadata(data []byte) (map[string]string, error) {
+// sysctlsFromCRIMetadata reads linux.sysctls, and the user namespace's gid
+// mapping if the pod asked for one, from CRI metadata JSON.
+func sysctlsFromCRIMetadata(data []byte) (map[string]string, []policy.IDMapping, error) {
 	var m criMetadata
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("decoding CRI sandbox metadata: %w", err)
+		return nil, nil, fmt.Errorf("decoding CRI sandbox metadata: %w", err)
 	}
 	if m.Version != "v1" {
-		return nil, fmt.Errorf("CRI sandbox metadata has unsupported version %q", m.Version)
+		return nil, nil, fmt.Errorf("CRI sandbox metadata has unsupported version %q", m.Version)
 	}
 	if m.Metadata.Config == nil {
-		return nil, fmt.Errorf("CRI sandbox metadata has no pod config")
+		return nil, nil, fmt.Errorf("CRI sandbox metadata has no pod config")
 	}
-	if m.Metadata.Config.Linux == nil {
-		return normalized(nil), nil
+	linux := m.Metadata.Config.Linux
+	if linux == nil {
+		return normalized(nil), nil, nil
 	}
-	return normalized(m.Metadata.Config.Linux.Sysctls), nil
+	var gids []policy.IDMapping
+	if sc := linux.SecurityContext; sc != nil && sc.NamespaceOptions != nil && sc.NamespaceOptions.UsernsOptions != nil {
+		for _, g := range sc.NamespaceOptions.UsernsOptions.GIDs {
+			gids = append(gids, policy.IDMapping{ContainerID: g.ContainerID, HostID: g.HostID, Size: g.Length})
+		}
+	}
+	return normalized(linux.Sysctls), gids, nil
 }
 
 // ociSpec is the part of an OCI spec we read.

@@ -32,7 +32,7 @@ func TestSysctlsFromCRIMetadata(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := sysctlsFromCRIMetadata([]byte(tc.in))
+			got, _, err := sysctlsFromCRIMetadata([]byte(tc.in))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
 			}
@@ -130,5 +130,16 @@ func TestGIDMappingsFromSpec(t *testing.T) {
 	}
 	if got := gidMappingsFromSpec(nil); got != nil {
 		t.Fatalf("no spec: %+v", got)
+	}
+}
+
+func TestGIDMappingsFromCRIMetadata(t *testing.T) {
+	const in = `{"Version":"v1","Metadata":{"Config":{"linux":{"security_context":{"namespace_options":{"userns_options":{"mode":0,"uids":[{"host_id":100000,"container_id":0,"length":65536}],"gids":[{"host_id":200000,"container_id":0,"length":1000}]}}}}}}}`
+	_, gids, err := sysctlsFromCRIMetadata([]byte(in))
+	if err != nil || len(gids) != 1 || gids[0].HostID != 200000 || gids[0].ContainerID != 0 || gids[0].Size != 1000 {
+		t.Fatalf("gids = %+v, err %v", gids, err)
+	}
+	if _, gids, _ := sysctlsFromCRIMetadata([]byte(metadataWithSysctls)); gids != nil {
+		t.Fatalf("pod without user namespace: gids %+v", gids)
 	}
 }

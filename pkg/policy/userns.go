@@ -48,3 +48,29 @@ func clampPingGroupRange(value string, mappings []IDMapping) (clamped string, ok
 	}
 	return fmt.Sprintf("%d %d", lo, hi), true, ""
 }
+
+// HostPingGroupRange turns a container-side "lo hi" into host GIDs, for a
+// writer in the host's user namespace (namespace mode): the kernel reads
+// the GIDs in the writer's namespace. A range that crosses into another
+// mapping is cut at the end of the mapping that holds lo.
+func HostPingGroupRange(value string, mappings []IDMapping) (string, error) {
+	fields := strings.Fields(value)
+	if len(fields) != 2 {
+		return "", fmt.Errorf("value %q is not \"low high\"", value)
+	}
+	lo, err1 := strconv.ParseUint(fields[0], 10, 32)
+	hi, err2 := strconv.ParseUint(fields[1], 10, 32)
+	if err1 != nil || err2 != nil || lo > hi {
+		return "", fmt.Errorf("value %q is not a GID range", value)
+	}
+	for _, m := range mappings {
+		first, last := uint64(m.ContainerID), uint64(m.ContainerID)+uint64(m.Size)-1
+		if m.Size == 0 || lo < first || lo > last {
+			continue
+		}
+		hi = min(hi, last)
+		offset := uint64(m.HostID) - first
+		return fmt.Sprintf("%d %d", lo+offset, hi+offset), nil
+	}
+	return "", fmt.Errorf("GID %d is not mapped in the pod's user namespace", lo)
+}

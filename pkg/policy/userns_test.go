@@ -54,3 +54,27 @@ func TestDecideClampsPingGroupRangeOnlyUnderUserNamespaces(t *testing.T) {
 		t.Fatalf("user-namespace pod with unknown mapping must skip: %+v", d)
 	}
 }
+
+func TestHostPingGroupRange(t *testing.T) {
+	m := []IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	tests := []struct {
+		value, want string
+		mappings    []IDMapping
+		wantErr     bool
+	}{
+		{"0 65535", "100000 165535", m, false},
+		{"10 20", "100010 100020", m, false},
+		{"0 99999", "100000 165535", m, false},
+		{"0 10", "5000 5000", []IDMapping{{0, 5000, 1}, {1, 200000, 100}}, false},
+		{"1 10", "200000 200009", []IDMapping{{0, 5000, 1}, {1, 200000, 100}}, false},
+		{"70000 70001", "", m, true},
+		{"5 1", "", m, true},
+		{"x", "", m, true},
+	}
+	for _, tc := range tests {
+		got, err := HostPingGroupRange(tc.value, tc.mappings)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("HostPingGroupRange(%q) = %q, %v; want %q, err %v", tc.value, got, err, tc.want, tc.wantErr)
+		}
+	}
+}

@@ -45,9 +45,8 @@ const (
 
 	// CNI: a bridge of our own with host-local IPAM. Pods get their own
 	// network namespace; no traffic is sent to these addresses.
-	cniBinDir     = "/usr/lib/cni"
-	cniBridgeName = "nrisysctl0"
-	cniSubnet     = "10.88.77.0/24"
+	cniBinDir = "/usr/lib/cni"
+	cniSubnet = "10.88.77.0/24"
 
 	// altRuntimeHandler is an extra CRI runtime handler, backed by the same
 	// runc, used to test exclusion by runtime handler.
@@ -68,6 +67,13 @@ var baselineKeys = []string{
 	"kernel.msgmax",
 	"kernel.msgmnb",
 }
+
+// cniBridgeName is per test run: two runs at once on one machine (each with
+// its own containerd) must not remove each other's bridge at teardown.
+var cniBridgeName = bridgeNameFor(os.Getpid())
+
+// bridgeNameFor names the bridge of the run with that pid (at most 15 bytes).
+func bridgeNameFor(pid int) string { return fmt.Sprintf("nrisysctl%d", pid%100000) }
 
 // cluster is one running containerd with everything it needs.
 type cluster struct {
@@ -409,7 +415,7 @@ state = %[4]q
 
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[8]s.options]
   Root = %[14]q
-
+%[15]s
 [plugins."io.containerd.cri.v1.runtime".cni]
   %[9]s
   conf_dir = %[10]q
@@ -422,7 +428,34 @@ state = %[4]q
   plugin_config_path = %[13]q
 `, c.version, cfgVersion, c.root, c.state, servers, filepath.Join(c.tmp, "opt"), pauseImage,
 		altRuntimeHandler, cniBin, c.cniConfDir, c.nriSock,
-		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "runc"))
+		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "runc"),
+		usernsRuntime(c))
+}
+
+// usernsRuntimeHandler runs pods with a newer runc (built by test/setup.sh)
+// that supports the id-mapped mounts user-namespace pods need; Debian 12's
+// runc 1.1.5 does not.
+const usernsRuntimeHandler = "runc-userns"
+
+func usernsRunc(c *cluster) string {
+	return filepath.Join(c.cacheDir, "runc-"+usernsRuncVersion, "bin", "runc")
+}
+
+const usernsRuncVersion = "v1.5.3"
+
+func usernsRuntime(c *cluster) string {
+	if _, err := os.Stat(usernsRunc(c)); err != nil {
+		return ""
+	}
+	return fmt.Sprintf(`
+# A newer runc for user-namespace pods.
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%s]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%s.options]
+  BinaryName = %q
+  Root = %q
+`, usernsRuntimeHandler, usernsRuntimeHandler, usernsRunc(c), filepath.Join(c.tmp, "runc"))
 }
 
 // containerdConfigV1x renders a version 2 config for containerd 1.7 (not yet
@@ -466,7 +499,7 @@ state = %[3]q
 
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[7]s.options]
   Root = %[13]q
-
+%[14]s
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = %[8]q
   conf_dir = %[9]q
@@ -479,7 +512,8 @@ state = %[3]q
   plugin_config_path = %[12]q
 `, c.version, c.root, c.state, c.grpcSock, filepath.Join(c.tmp, "opt"), pauseImage,
 		altRuntimeHandler, cniBinDir, c.cniConfDir, c.nriSock,
-		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "runc"))
+		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "runc"),
+		strings.ReplaceAll(usernsRuntime(c), "io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"))
 }
 
 func cniConfig(c *cluster) string {
@@ -762,6 +796,9 @@ func cleanStaleRuns() {
 		}
 		logf("cleaning up after an interrupted run: %s (owner pid %d is gone)", dir, pid)
 		releaseDir(dir)
+		if br := bridgeNameFor(pid); exec.Command("ip", "link", "show", br).Run() == nil {
+			_ = exec.Command("ip", "link", "del", br).Run()
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			logf("remove %s: %v", dir, err)
 		}
@@ -869,3 +906,50 @@ func (c *cluster) measureBaseline() error {
 }
 
 func goarch() string { return runtime.GOARCH }
+
+// restartContainerd removes every pod, stops containerd by its pid (SIGTERM)
+// and starts it again with the same root, state, sockets and log. The config
+// is the harness's own with extraConfig appended (TOML tables that the base
+// config does not have); "" restores the base config.
+func (c *cluster) restartContainerd(extraConfig string) error {
+	c.removeAllPods()
+	select {
+	case <-c.exited:
+		logf("containerd had exited before the restart: %v", c.waitErr)
+	default:
+		stopProcess(c.cmd.Process.Pid, c.exited, 15*time.Second)
+	}
+	cfg := containerdConfig(c)
+	if extraConfig != "" {
+		cfg += "\n# Added by the test that restarted containerd.\n" + extraConfig
+	}
+	if err := os.WriteFile(c.configPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := c.startContainerd(); err != nil {
+		return err
+	}
+	logf("containerd restarted (pid %d) in %s", c.cmd.Process.Pid, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// restartContainerdFor restarts containerd with extraConfig for the rest of
+// the test, and restarts it with the base config when the test ends, so
+// that later tests find it as it was. cleanup runs between the two: after
+// the test's pods are gone and before the final restart.
+func restartContainerdFor(t *testing.T, extraConfig string, cleanup func()) {
+	t.Helper()
+	c := getCluster(t)
+	t.Cleanup(func() {
+		if cleanup != nil {
+			cleanup()
+		}
+		if err := c.restartContainerd(""); err != nil {
+			t.Errorf("restore containerd with its base config: %v", err)
+		}
+	})
+	if err := c.restartContainerd(extraConfig); err != nil {
+		t.Fatalf("restart containerd: %v", err)
+	}
+}

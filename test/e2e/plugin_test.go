@@ -24,8 +24,10 @@ type pluginProc struct {
 	c       *cluster
 	cmd     *exec.Cmd
 	logPath string
-	exited  chan struct{}
-	waitErr error
+	// configPath is the config file the plugin was started with (startPlugin).
+	configPath string
+	exited     chan struct{}
+	waitErr    error
 	// stoppedByTest is set when the test itself stopped the plugin, so
 	// that its exit is not reported as a crash.
 	stoppedByTest bool
@@ -71,14 +73,29 @@ func pluginArgs(c *cluster, configPath string, extra []string) []string {
 func startPlugin(t *testing.T, configYAML string, extraArgs ...string) *pluginProc {
 	t.Helper()
 	c := getCluster(t)
-	bin := pluginBinary(t)
 	cfg := writePluginConfig(t, configYAML)
+	p := launchPlugin(t, nil, pluginArgs(c, cfg, extraArgs)...)
+	p.configPath = cfg
+	p.waitRegistered(t, 1, 20*time.Second)
+	return p
+}
+
+// launchPlugin starts the plugin binary with args and, added to the test's
+// environment, env; it does not wait for anything. The plugin is stopped
+// when the test ends, and the test fails if it exited before that.
+func launchPlugin(t *testing.T, env []string, args ...string) *pluginProc {
+	t.Helper()
+	c := getCluster(t)
+	bin := pluginBinary(t)
 	p := &pluginProc{c: c, logPath: filepath.Join(c.logDir, c.nextID("plugin")+".log"), exited: make(chan struct{})}
 	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, pluginArgs(c, cfg, extraArgs)...)
+	p.cmd = exec.Command(bin, args...)
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout = logFile
 	p.cmd.Stderr = logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -107,24 +124,32 @@ func startPlugin(t *testing.T, configYAML string, extraArgs ...string) *pluginPr
 		}
 		p.stop()
 	})
+	return p
+}
 
-	deadline := time.After(20 * time.Second)
+// waitRegistered waits until the plugin has logged its n-th registration
+// with NRI (n > 1 after reconnects). The log line only says when to go on;
+// it is never evidence of behaviour.
+func (p *pluginProc) waitRegistered(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
 	for {
 		select {
 		case <-p.exited:
 			t.Fatalf("plugin exited before registering with NRI: %v\n--- plugin log ---\n%s", p.waitErr, tail(p.logPath, 80))
 		case <-deadline:
-			t.Fatalf("plugin did not log %q within 20s\n--- plugin log ---\n%s", readyLine, tail(p.logPath, 80))
+			t.Fatalf("plugin did not log %q %d time(s) within %s\n--- plugin log ---\n%s", readyLine, n, timeout, tail(p.logPath, 80))
 		case <-time.After(50 * time.Millisecond):
 		}
-		if data, err := os.ReadFile(p.logPath); err == nil && bytes.Contains(data, []byte(readyLine)) {
+		if data, err := os.ReadFile(p.logPath); err == nil && bytes.Count(data, []byte(readyLine)) >= n {
+			var last string
 			for _, line := range strings.Split(string(data), "\n") {
 				if strings.Contains(line, readyLine) {
-					t.Logf("plugin ready: %s", strings.TrimSpace(line))
-					break
+					last = line
 				}
 			}
-			return p
+			t.Logf("plugin ready: %s", strings.TrimSpace(last))
+			return
 		}
 	}
 }

@@ -1,0 +1,267 @@
+// Package install checks what `make install` lays out for a node image, and
+// that the systemd units it installs pass `systemd-analyze verify`. It needs
+// make, go and systemd-analyze, but no containerd and no root.
+package install
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Clean(filepath.Join(wd, "..", ".."))
+	if _, err := os.Stat(filepath.Join(root, "Makefile")); err != nil {
+		t.Fatalf("no Makefile at %s: %v", root, err)
+	}
+	return root
+}
+
+// makeInstall runs `make install DESTDIR=<temp> PREFIX=prefix` in the repo and
+// returns DESTDIR.
+func makeInstall(t *testing.T, prefix string) string {
+	t.Helper()
+	destdir := t.TempDir()
+	args := []string{"--no-print-directory", "install", "DESTDIR=" + destdir}
+	if prefix != "" {
+		args = append(args, "PREFIX="+prefix)
+	}
+	cmd := exec.Command("make", args...)
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("make %s: ok", strings.Join(args, " "))
+	return destdir
+}
+
+// tree lists every regular file below dir with its permission bits.
+func tree(t *testing.T, dir string) map[string]fs.FileMode {
+	t.Helper()
+	files := map[string]fs.FileMode{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			t.Errorf("%s is not a regular file (%s)", path, info.Mode())
+		}
+		files["/"+filepath.ToSlash(strings.TrimPrefix(path, dir+"/"))] = info.Mode().Perm()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// expectedTree is the layout the README ("Baking it into a node image")
+// documents, with each file's mode.
+func expectedTree(t *testing.T, root, prefix string) map[string]fs.FileMode {
+	t.Helper()
+	want := map[string]fs.FileMode{
+		prefix + "/bin/nri-sysctl":                      0o755,
+		"/etc/nri-sysctl/config.yaml":                   0o600,
+		"/etc/systemd/system/nri-sysctl.service":        0o644,
+		"/etc/systemd/system/nri-sysctl-reload.path":    0o644,
+		"/etc/systemd/system/nri-sysctl-reload.service": 0o644,
+		prefix + "/share/doc/nri-sysctl/README.md":      0o644,
+		prefix + "/share/doc/nri-sysctl/nri-sysctl.txt": 0o644,
+	}
+	drops, err := filepath.Glob(filepath.Join(root, "config", "containerd", "*.toml"))
+	if err != nil || len(drops) == 0 {
+		t.Fatalf("no config/containerd/*.toml in %s: %v", root, err)
+	}
+	for _, d := range drops {
+		want[prefix+"/share/nri-sysctl/containerd/"+filepath.Base(d)] = 0o644
+	}
+	return want
+}
+
+func TestMakeInstall(t *testing.T) {
+	root := repoRoot(t)
+	for _, tc := range []struct {
+		name, prefix, want string
+	}{
+		{"PREFIX=/usr", "/usr", "/usr"},
+		{"default PREFIX", "", "/usr/local"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			destdir := makeInstall(t, tc.prefix)
+			got := tree(t, destdir)
+			want := expectedTree(t, root, tc.want)
+
+			var paths []string
+			for p := range want {
+				paths = append(paths, p)
+			}
+			for p := range got {
+				if _, ok := want[p]; !ok {
+					paths = append(paths, p)
+				}
+			}
+			sort.Strings(paths)
+			for _, p := range paths {
+				g, have := got[p]
+				w, expected := want[p]
+				switch {
+				case !have:
+					t.Errorf("missing %s", p)
+				case !expected:
+					t.Errorf("unexpected file %s (mode %04o): not in the documented layout", p, g)
+				case g != w:
+					t.Errorf("%s: mode %04o, want %04o", p, g, w)
+				}
+			}
+
+			// Installed copies match the repository's.
+			same := map[string]string{
+				"/etc/nri-sysctl/config.yaml":                   "config/config.yaml",
+				"/etc/systemd/system/nri-sysctl-reload.path":    "systemd/nri-sysctl-reload.path",
+				"/etc/systemd/system/nri-sysctl-reload.service": "systemd/nri-sysctl-reload.service",
+				tc.want + "/share/doc/nri-sysctl/README.md":     "README.md",
+			}
+			for p := range want {
+				if strings.HasPrefix(p, tc.want+"/share/nri-sysctl/containerd/") {
+					same[p] = "config/containerd/" + filepath.Base(p)
+				}
+			}
+			for installed, src := range same {
+				a := readFile(t, filepath.Join(destdir, installed))
+				b := readFile(t, filepath.Join(root, src))
+				if !bytes.Equal(a, b) {
+					t.Errorf("%s differs from %s", installed, src)
+				}
+			}
+
+			// The installed service runs the installed binary, and only it.
+			bin := tc.want + "/bin/nri-sysctl"
+			unit := string(readFile(t, filepath.Join(destdir, "etc/systemd/system/nri-sysctl.service")))
+			execLines := 0
+			for _, line := range strings.Split(unit, "\n") {
+				k, v, ok := strings.Cut(line, "=")
+				if !ok || !strings.HasPrefix(k, "ExecStart") {
+					continue
+				}
+				execLines++
+				if f := strings.Fields(v); len(f) == 0 || f[0] != bin {
+					t.Errorf("installed unit: %s runs %q, want %s", k, v, bin)
+				}
+			}
+			if execLines != 2 {
+				t.Errorf("installed unit has %d ExecStart/ExecStartPre lines, want 2:\n%s", execLines, unit)
+			}
+			if tc.want != "/usr/local" && strings.Contains(unit, "/usr/local/bin/nri-sysctl") {
+				t.Errorf("installed unit still names /usr/local/bin/nri-sysctl:\n%s", unit)
+			}
+			// The rest of the unit is the repository's.
+			src := strings.ReplaceAll(string(readFile(t, filepath.Join(root, "systemd/nri-sysctl.service"))), "/usr/local/bin/nri-sysctl", bin)
+			if unit != src {
+				t.Errorf("installed nri-sysctl.service differs from systemd/nri-sysctl.service beyond the binary path")
+			}
+
+			// The installed binary accepts the installed config without a
+			// kernel probe (the image build's kernel is not the node's).
+			installedBin := filepath.Join(destdir, bin)
+			cfg := filepath.Join(destdir, "etc/nri-sysctl/config.yaml")
+			out, err := exec.Command(installedBin, "validate", "--skip-kernel-check", "--config", cfg).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s validate --skip-kernel-check --config %s: %v\n%s", installedBin, cfg, err, out)
+			} else {
+				t.Logf("installed binary: %s", strings.TrimSpace(string(out)))
+			}
+			if out, err := exec.Command(installedBin, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "nri-sysctl ") {
+				t.Errorf("%s version: %v %q", installedBin, err, out)
+			}
+			help := string(readFile(t, filepath.Join(destdir, tc.want, "share/doc/nri-sysctl/nri-sysctl.txt")))
+			if !strings.Contains(help, "Usage:") || !strings.Contains(help, "--config") {
+				t.Errorf("nri-sysctl.txt is not the --help text:\n%s", help)
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// verify runs `systemd-analyze verify` on units and returns its exit error
+// and output. Any output at all (warnings included) counts as a finding.
+func verify(t *testing.T, units ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("systemd-analyze", append([]string{"verify", "--man=no"}, units...)...)
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// TestSystemdVerify runs `systemd-analyze verify` on the units `make install`
+// lays out. verify insists that every Exec binary exists on this machine,
+// and a node image's /usr/bin/nri-sysctl is not installed here, so the
+// units are copied with the binary's path pointed into DESTDIR (the only
+// change). `--root=DESTDIR` does not work for this: systemd 252 then looks
+// for sysinit.target, /bin/kill and /bin/systemctl inside DESTDIR too.
+func TestSystemdVerify(t *testing.T) {
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Fatalf("systemd-analyze not found: install Debian's systemd package (test/setup.sh does): %v", err)
+	}
+	destdir := makeInstall(t, "/usr")
+	bin := filepath.Join(destdir, "usr/bin/nri-sysctl")
+	dir := t.TempDir()
+	var units []string
+	for _, name := range []string{"nri-sysctl.service", "nri-sysctl-reload.path", "nri-sysctl-reload.service"} {
+		text := strings.ReplaceAll(string(readFile(t, filepath.Join(destdir, "etc/systemd/system", name))), "/usr/bin/nri-sysctl", bin)
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		units = append(units, path)
+	}
+	out, err := verify(t, units...)
+	if err != nil || out != "" {
+		t.Fatalf("systemd-analyze verify %s: %v\n%s", strings.Join(units, " "), err, out)
+	}
+	t.Logf("systemd-analyze verify: no findings on %d units", len(units))
+
+	// Control: verify does catch mistakes in this setting.
+	bad := filepath.Join(t.TempDir(), "nri-sysctl.service")
+	text := strings.Replace(string(readFile(t, units[0])), "Type=notify", "Type=notfy", 1)
+	if err := os.WriteFile(bad, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(t, bad); err == nil && out == "" {
+		t.Fatalf("systemd-analyze verify found nothing wrong with Type=notfy: the check above proves nothing")
+	} else {
+		t.Logf("control (Type=notfy) caught: %s", firstLine(out))
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
