@@ -60,6 +60,13 @@ func (s *switchingFetcher) use(t containerdTarget) error {
 		time.AfterFunc(30*time.Second, func() { old.Close() })
 	}
 	s.log.Infof("looking up pods' own sysctls in containerd at %s, namespace %s", t.address, t.namespace)
+	go func() {
+		if v, err := f.Check(context.Background()); err != nil {
+			s.log.Errorf("cannot reach containerd at %s (%v): pods will get no defaults until it answers; check --containerd-address or containerdAddress", t.address, err)
+		} else {
+			s.log.Infof("containerd %s answers at %s", v, t.address)
+		}
+	}()
 	return nil
 }
 

@@ -8,11 +8,13 @@ import (
 
 	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	sandboxapi "github.com/containerd/containerd/api/services/sandbox/v1"
+	versionapi "github.com/containerd/containerd/api/services/version/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // Extension names containerd's CRI plugin uses for its sandbox metadata.
@@ -44,6 +46,18 @@ func NewContainerd(address, namespace string) (*Containerd, error) {
 		namespace:  namespace,
 		timeout:    2 * time.Second,
 	}, nil
+}
+
+// Check asks containerd for its version, to tell at start-up whether pods
+// can be looked up at all: without it every pod would get nothing.
+func (c *Containerd) Check(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	v, err := versionapi.NewVersionClient(c.conn).Version(ctx, &emptypb.Empty{})
+	if err != nil {
+		return "", err
+	}
+	return v.GetVersion(), nil
 }
 
 // Close closes the connection.

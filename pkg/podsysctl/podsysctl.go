@@ -80,7 +80,9 @@ func (c *Cache) Get(ctx context.Context, podID string) (result PodSysctls, fresh
 	c.mu.Unlock()
 	e.once.Do(func() {
 		fresh = true
-		r, err := c.fetcher.Fetch(ctx, podID)
+		// The result is kept for the pod's life: a cancelled request must
+		// not leave it "unknown" for every later container.
+		r, err := c.fetcher.Fetch(context.WithoutCancel(ctx), podID)
 		if err != nil {
 			r = PodSysctls{Source: SourceUnknown, Err: err}
 		}
