@@ -47,7 +47,7 @@ e2e: build
 	done
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test fuzz-smoke e2e
+test-all: setup test fuzz-smoke e2e bench-smoke
 
 ## demo: a throwaway containerd, the plugin with config/config.yaml, one pod.
 demo: setup build

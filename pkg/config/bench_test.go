@@ -1,0 +1,104 @@
+package config_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// Benchmarks of what start-up and every reload cost: reading and
+// validating the config file, with and without the kernel probe.
+
+const benchSmallConfig = `# as config/config.yaml
+sysctls:
+  net.ipv4.tcp_keepalive_time: 600
+  net.ipv4.tcp_keepalive_intvl: 60
+  net.ipv4.tcp_keepalive_probes: 5
+exclude:
+  namespaces: ["kube-system"]
+`
+
+// ifaceKeys exist below net.ipv4.conf.{all,default,lo} in a fresh network
+// namespace on every kernel this project supports, so that the large config
+// also passes the kernel probe.
+var ifaceKeys = []string{
+	"accept_local", "accept_redirects", "accept_source_route", "arp_accept",
+	"arp_announce", "arp_filter", "arp_ignore", "arp_notify", "bootp_relay",
+	"disable_policy", "disable_xfrm", "forwarding", "log_martians",
+	"promote_secondaries", "proxy_arp", "route_localnet", "rp_filter",
+	"secure_redirects", "send_redirects", "shared_media", "src_valid_mark",
+}
+
+// benchLargeConfig has 64 defaults, 32 rules and 3 exclusions, the size
+// of the decision benchmark in pkg/policy.
+func benchLargeConfig() string {
+	var b strings.Builder
+	b.WriteString("sysctls:\n  net.core.somaxconn: 1024\n")
+	n := 1
+	for _, iface := range []string{"all", "default", "lo"} {
+		for _, k := range ifaceKeys {
+			fmt.Fprintf(&b, "  net.ipv4.conf.%s.%s: %d\n", iface, k, n%2)
+			n++
+		}
+	}
+	b.WriteString("rules:\n")
+	for i := 0; i < 32; i++ {
+		fmt.Fprintf(&b, "  - name: r%d\n    match: {namespaces: [\"team-%d-*\"], labels: {tier: t%d}}\n    sysctls: {net.ipv4.tcp_keepalive_time: %d, net.core.somaxconn: %d}\n", i, i%4, i%3, 300+i, 1000+i)
+	}
+	b.WriteString("exclude:\n  namespaces: [kube-system]\n  runtimeHandlers: [runsc]\n  labels: {nri-sysctl: \"off\"}\n")
+	return b.String()
+}
+
+func writeBenchConfig(b *testing.B, text string) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+func benchLoad(b *testing.B, text string, check config.KernelChecker, defaults, rules int) {
+	path := writeBenchConfig(b, text)
+	cfg, err := config.Load(path, check)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(cfg.Sysctls) != defaults || len(cfg.Rules) != rules {
+		b.Fatalf("config has %d default(s) and %d rule(s), want %d and %d", len(cfg.Sysctls), len(cfg.Rules), defaults, rules)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := config.Load(path, check); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// probeOrSkip returns the real kernel probe if it can run here (root).
+func probeOrSkip(b *testing.B) config.KernelChecker {
+	b.Helper()
+	if _, err := sysctl.ProbeKernel([]string{"net.core.somaxconn"}); err != nil {
+		b.Skipf("kernel probe cannot run here: %v", err)
+	}
+	return sysctl.ProbeKernel
+}
+
+func BenchmarkLoadSmall(b *testing.B) { benchLoad(b, benchSmallConfig, nil, 3, 0) }
+
+func BenchmarkLoadLarge(b *testing.B) { benchLoad(b, benchLargeConfig(), nil, 64, 32) }
+
+// The kernel probe creates throw-away network, IPC and UTS namespaces on a
+// locked thread: its cost is mostly namespace creation, not the keys.
+func BenchmarkLoadSmallKernelProbe(b *testing.B) {
+	benchLoad(b, benchSmallConfig, probeOrSkip(b), 3, 0)
+}
+
+func BenchmarkLoadLargeKernelProbe(b *testing.B) {
+	benchLoad(b, benchLargeConfig(), probeOrSkip(b), 64, 32)
+}
