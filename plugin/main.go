@@ -49,6 +49,7 @@ type options struct {
 	logLevel               string
 	mode                   string
 	skipKernelCheck        bool
+	allowInsecureConfig    bool
 }
 
 func main() {
@@ -92,6 +93,7 @@ func parseRunFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.mode, "mode", "", "override the config's mode: auto, spec or namespace")
 	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
+	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -147,6 +149,7 @@ func runPlugin(o options, stderr io.Writer) int {
 
 	preinstalled := os.Getenv(api.PluginSocketEnvVar) != ""
 	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
+	p.allowInsecureConfig = o.allowInsecureConfig
 	// The containerd connection follows the config in force: a
 	// pre-installed plugin may get its config (and so its containerd
 	// socket) only in Configure.

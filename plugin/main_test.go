@@ -94,3 +94,18 @@ func TestUnknownFlag(t *testing.T) {
 		t.Fatalf("exit %d, want 2", code)
 	}
 }
+
+func TestPluginRefusesInsecureConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the check wants root-owned files")
+	}
+	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "writable by group or others (mode 0666)") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}

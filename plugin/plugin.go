@@ -39,9 +39,11 @@ type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
 	modeOverride string
-	current      atomic.Pointer[loaded]
-	pods         *podsysctl.Cache
-	applyMode    atomic.Value // runtimemode.Mode
+	// allowInsecureConfig accepts a config file anyone but root could write.
+	allowInsecureConfig bool
+	current             atomic.Pointer[loaded]
+	pods                *podsysctl.Cache
+	applyMode           atomic.Value // runtimemode.Mode
 	// pinned holds the config each pod was first decided with, until
 	// RemovePodSandbox: a reload applies to pods created after it, never
 	// to part of a pod's containers.
@@ -105,7 +107,7 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 			return nil
 		}
 	}
-	cfg, err := config.Load(path, p.check)
+	cfg, err := p.loadFile(path)
 	if err != nil {
 		return err
 	}
@@ -248,8 +250,18 @@ func (p *plugin) reloadOnSIGHUP(ctx context.Context, path string) {
 	}
 }
 
+// loadFile checks who could have written the file, then loads it.
+func (p *plugin) loadFile(path string) (*config.Config, error) {
+	if !p.allowInsecureConfig {
+		if err := config.CheckFileSecurity(path); err != nil {
+			return nil, err
+		}
+	}
+	return config.Load(path, p.check)
+}
+
 func (p *plugin) reload(path string) {
-	cfg, err := config.Load(path, p.check)
+	cfg, err := p.loadFile(path)
 	if err != nil {
 		p.log.Errorf("reload rejected, keeping the config in force: %v", err)
 		return
