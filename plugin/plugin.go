@@ -156,6 +156,11 @@ func (p *plugin) chooseMode(runtimeName, runtimeVersion string) (runtimemode.Mod
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	cur := p.configFor(pod)
 	if p.mode() != runtimemode.Namespace {
+		// The first container will need the pod's own sysctls: look
+		// them up now, while the runtime finishes starting the pod.
+		if !cur.policy.Empty() && cur.policy.Excluded(podInfo(pod)) == "" {
+			p.pods.Prefetch(ctx, pod.GetId())
+		}
 		return nil
 	}
 	d, ok := p.decide(ctx, cur, pod, nil)

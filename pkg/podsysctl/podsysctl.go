@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -59,6 +60,8 @@ type Cache struct {
 type cacheEntry struct {
 	once   sync.Once
 	result PodSysctls
+	// observed is set by the first Get, which reports the result.
+	observed atomic.Bool
 }
 
 // NewCache wraps a fetcher.
@@ -68,27 +71,42 @@ func NewCache(f Fetcher) *Cache {
 
 // Get returns the pod's sysctls, fetching them on first use. A failed lookup
 // is cached too, so that every container of the pod gets the same decision
-// and the failure is reported once per pod. fresh is true for the call that
-// did the lookup.
+// and the failure is reported once per pod. fresh is true for the first Get
+// of the pod, which should report anything odd about the result.
 func (c *Cache) Get(ctx context.Context, podID string) (result PodSysctls, fresh bool) {
+	e := c.entry(podID)
+	e.once.Do(func() { c.fetch(ctx, podID, e) })
+	return e.result, !e.observed.Swap(true)
+}
+
+// Prefetch starts the lookup in the background, so that it overlaps the
+// rest of the pod's start-up instead of delaying its first container. The
+// entry is made before Prefetch returns, so a RemovePodSandbox after it
+// always drops it.
+func (c *Cache) Prefetch(ctx context.Context, podID string) {
+	e := c.entry(podID)
+	go e.once.Do(func() { c.fetch(ctx, podID, e) })
+}
+
+func (c *Cache) entry(podID string) *cacheEntry {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.pods[podID]
 	if !ok {
 		e = &cacheEntry{}
 		c.pods[podID] = e
 	}
-	c.mu.Unlock()
-	e.once.Do(func() {
-		fresh = true
-		// The result is kept for the pod's life: a cancelled request must
-		// not leave it "unknown" for every later container.
-		r, err := c.fetcher.Fetch(context.WithoutCancel(ctx), podID)
-		if err != nil {
-			r = PodSysctls{Source: SourceUnknown, Err: err}
-		}
-		e.result = r
-	})
-	return e.result, fresh
+	return e
+}
+
+func (c *Cache) fetch(ctx context.Context, podID string, e *cacheEntry) {
+	// The result is kept for the pod's life: a cancelled request must not
+	// leave it "unknown" for every later container.
+	r, err := c.fetcher.Fetch(context.WithoutCancel(ctx), podID)
+	if err != nil {
+		r = PodSysctls{Source: SourceUnknown, Err: err}
+	}
+	e.result = r
 }
 
 // Forget drops a pod, on RemovePodSandbox.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Shapes of containerd's stored CRI metadata, trimmed to what matters.
@@ -141,5 +142,29 @@ func TestGIDMappingsFromCRIMetadata(t *testing.T) {
 	}
 	if _, gids, _ := sysctlsFromCRIMetadata([]byte(metadataWithSysctls)); gids != nil {
 		t.Fatalf("pod without user namespace: gids %+v", gids)
+	}
+}
+
+func TestPrefetch(t *testing.T) {
+	f := &countingFetcher{result: PodSysctls{Own: map[string]string{"a": "1"}, Source: SourceSandboxConfig}}
+	c := NewCache(f)
+	c.Prefetch(context.Background(), "pod1")
+	got, fresh := c.Get(context.Background(), "pod1")
+	if got.Own["a"] != "1" || !fresh {
+		t.Fatalf("Get after Prefetch: %+v fresh=%v (the first Get reports, even when it did not fetch)", got, fresh)
+	}
+	if _, fresh := c.Get(context.Background(), "pod1"); fresh {
+		t.Fatal("second Get also fresh")
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Fatalf("fetched %d times, want 1", n)
+	}
+	// A pod removed while its prefetch is still running stays removed.
+	c.Prefetch(context.Background(), "pod2")
+	c.Forget("pod2")
+	c.Forget("pod1")
+	time.Sleep(10 * time.Millisecond)
+	if c.Len() != 0 {
+		t.Fatalf("Len = %d after Forget, want 0", c.Len())
 	}
 }
