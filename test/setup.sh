@@ -128,28 +128,29 @@ build_containerd() {
 	"$bin/containerd" --version
 }
 
-build_crictl() {
-	local bin="$CACHE/crictl-$CRICTL_VERSION/bin" tmp
-	mkdir -p "$bin"
-	tmp=$(mktemp -d "$CACHE/.build-crictl.XXXXXX")
+# go_install_tool DIR BINARY PACKAGE@VERSION [ENV...]: go install into a
+# temp dir, then move into DIR/bin, so a killed build never leaves half a
+# binary behind.
+go_install_tool() {
+	local dir=$1 name=$2 pkg=$3 tmp
+	shift 3
+	mkdir -p "$dir/bin"
+	tmp=$(mktemp -d "$CACHE/.build-$name.XXXXXX")
 	TMPDIRS+=("$tmp")
-	GOBIN="$tmp" go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" </dev/null
-	mv -f "$tmp/crictl" "$bin/crictl.new"
-	mv -f "$bin/crictl.new" "$bin/crictl"
+	env GOBIN="$tmp" "$@" go install "$pkg" </dev/null
+	mv -f "$tmp/$name" "$dir/bin/$name.new"
+	mv -f "$dir/bin/$name.new" "$dir/bin/$name"
 	rm -rf "$tmp"
-	"$bin/crictl" --version
+	"$dir/bin/$name" --version | head -1
 }
 
+build_crictl() {
+	go_install_tool "$CACHE/crictl-$CRICTL_VERSION" crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+}
+
+# runc's nsenter is C: built with cgo, without seccomp (no libseccomp needed).
 build_userns_runc() {
-	local bin="$CACHE/runc-$USERNS_RUNC_VERSION/bin" tmp
-	mkdir -p "$bin"
-	tmp=$(mktemp -d "$CACHE/.build-runc.XXXXXX")
-	TMPDIRS+=("$tmp")
-	GOBIN="$tmp" CGO_ENABLED=1 go install "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" </dev/null
-	mv -f "$tmp/runc" "$bin/runc.new"
-	mv -f "$bin/runc.new" "$bin/runc"
-	rm -rf "$tmp"
-	"$bin/runc" --version | head -1
+	go_install_tool "$CACHE/runc-$USERNS_RUNC_VERSION" runc "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" CGO_ENABLED=1
 }
 
 total_start=$(date +%s)

@@ -11,12 +11,10 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,59 +22,22 @@ import (
 
 const annotationSkipped = "nri-sysctl.io/skipped"
 
-// killablePlugin is a plugin run that a test may kill on purpose: its
-// clean-up does not count the exit as a failure once killed is set.
+// killablePlugin is a plugin run that a test may kill on purpose: once
+// killed, its exit is not counted as a failure.
 type killablePlugin struct {
 	*pluginProc
-	killed atomic.Bool
 }
 
 // startKillablePlugin is startPlugin for a plugin the test will SIGKILL.
 func startKillablePlugin(t *testing.T, configYAML string, extraArgs ...string) *killablePlugin {
 	t.Helper()
-	c := getCluster(t)
-	bin := pluginBinary(t)
-	cfg := writePluginConfig(t, configYAML)
-	p := &killablePlugin{pluginProc: &pluginProc{c: c, logPath: filepath.Join(c.logDir, c.nextID("plugin")+".log"), exited: make(chan struct{})}}
-	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(bin, pluginArgs(c, cfg, extraArgs)...)
-	p.cmd.Stdout = logFile
-	p.cmd.Stderr = logFile
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("start plugin: %v", err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logFile.Close()
-		close(p.exited)
-	}()
-	c.mu.Lock()
-	c.plugins[p.pluginProc] = true
-	c.mu.Unlock()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- killable plugin log tail (%s) ---\n%s", p.logPath, tail(p.logPath, 80))
-		}
-		if !p.running() && !p.killed.Load() && !t.Failed() {
-			t.Errorf("plugin exited before the end of the test without being killed: %v\n%s", p.waitErr, tail(p.logPath, 40))
-		}
-		p.stop()
-	})
-	if err := waitLogContains(p.pluginProc, readyLine, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return &killablePlugin{startPlugin(t, configYAML, extraArgs...)}
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *killablePlugin) kill(t *testing.T) {
 	t.Helper()
-	p.killed.Store(true)
+	p.stoppedByTest.Store(true)
 	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill plugin pid %d: %v", p.cmd.Process.Pid, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ type pluginProc struct {
 	waitErr    error
 	// stoppedByTest is set when the test itself stopped the plugin, so
 	// that its exit is not reported as a crash.
-	stoppedByTest bool
+	stoppedByTest atomic.Bool
 }
 
 // pluginBinary returns the plugin binary, failing the test if it is missing.
@@ -117,7 +118,7 @@ func launchPlugin(t *testing.T, env []string, args ...string) *pluginProc {
 		}
 		select {
 		case <-p.exited:
-			if !t.Failed() && !p.stoppedByTest {
+			if !t.Failed() && !p.stoppedByTest.Load() {
 				t.Errorf("plugin exited before the end of the test: %v\n%s", p.waitErr, tail(p.logPath, 40))
 			}
 		default:
@@ -156,7 +157,7 @@ func (p *pluginProc) waitRegistered(t *testing.T, n int, timeout time.Duration) 
 
 // stop ends the plugin: SIGTERM, then SIGKILL after 10s.
 func (p *pluginProc) stop() {
-	p.stoppedByTest = true
+	p.stoppedByTest.Store(true)
 	select {
 	case <-p.exited:
 	default:
