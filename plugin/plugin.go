@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,15 @@ func (p *plugin) setConfig(cfg *config.Config) {
 // applyConfig puts a validated config in force, first moving pod lookups
 // to the containerd it names.
 func (p *plugin) applyConfig(cfg *config.Config) error {
+	if p.check != nil && len(cfg.AllKeys()) > 0 {
+		refused, err := sysctl.ProbeUserNamespace(cfg.AllKeys())
+		if err != nil {
+			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
+		} else if len(refused) > 0 {
+			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(sortedSet(refused), ", "))
+		}
+		cfg.RefusedInUserNamespace = refused
+	}
 	if p.retarget != nil {
 		if err := p.retarget(cfg); err != nil {
 			return err
@@ -454,4 +464,13 @@ func joinWriteErrors(errs []nswrite.WriteError) error {
 		list[i] = e
 	}
 	return errors.Join(list...)
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

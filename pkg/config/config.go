@@ -60,6 +60,13 @@ type Config struct {
 	// the only place to name a containerd socket other than the default.
 	ContainerdAddress   string
 	ContainerdNamespace string
+	// UserNamespaceRefused says what happens to a key the kernel will not
+	// let a user-namespace pod set: skip it (the default) or keep it, so
+	// that the pod fails and the operator hears of it.
+	UserNamespaceRefused string
+	// RefusedInUserNamespace is not read from the file: the plugin fills it
+	// from its probe (sysctl.ProbeUserNamespace).
+	RefusedInUserNamespace map[string]bool
 }
 
 // Modes and error policies (see the README).
@@ -69,6 +76,8 @@ const (
 	ModeNamespace = "namespace"
 	OnErrorFail   = "fail"
 	OnErrorWarn   = "warn"
+	RefusedSkip   = "skip"
+	RefusedFail   = "fail"
 )
 
 // AllKeys lists every sysctl the config can set, sorted and unique.
@@ -182,7 +191,7 @@ func readOnce(file string) (data []byte, stable bool, err error) {
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
-	p := &parser{file: source, cfg: &Config{Source: source, Mode: ModeAuto, OnError: OnErrorFail}}
+	p := &parser{file: source, cfg: &Config{Source: source, Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}}
 	parsed := p.parse(data)
 	// Probe even when other problems were found, so that one run lists
 	// every problem.
@@ -247,6 +256,9 @@ func (p *parser) parse(data []byte) bool {
 		},
 		"onError": func(k, v *yaml.Node) {
 			p.cfg.OnError = p.oneOf(v, "onError", OnErrorFail, OnErrorWarn)
+		},
+		"userNamespaceRefused": func(k, v *yaml.Node) {
+			p.cfg.UserNamespaceRefused = p.oneOf(v, "userNamespaceRefused", RefusedSkip, RefusedFail)
 		},
 		"containerdAddress": func(k, v *yaml.Node) {
 			p.cfg.ContainerdAddress = p.socketPath(v, "containerdAddress")
@@ -550,7 +562,11 @@ func (p *parser) checkKernel(check KernelChecker) {
 	report := func(where string, entries []Entry) {
 		for _, e := range entries {
 			if merr, bad := missing[e.Key]; bad {
-				p.fail(e.Line, join(where, e.Key), "%v (kernel probe; is the name misspelt?)", merr)
+				hint := "kernel probe"
+				if errors.Is(merr, sysctl.ErrMissing) {
+					hint = "kernel probe; is the name misspelt?"
+				}
+				p.fail(e.Line, join(where, e.Key), "%v (%s)", merr, hint)
 			}
 		}
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, mode, onError, rules, sysctls"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, mode, onError, rules, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -426,7 +426,7 @@ func TestParseNoOp(t *testing.T) {
 			t.Errorf("Parse(%q): %v", data, err)
 			continue
 		}
-		want := &Config{Source: "f.yaml", Mode: ModeAuto, OnError: OnErrorFail}
+		want := &Config{Source: "f.yaml", Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}
 		// Present-but-empty fields may give empty, non-nil values.
 		if len(cfg.Sysctls) == 0 {
 			cfg.Sysctls = nil
@@ -518,8 +518,9 @@ func TestParseValid(t *testing.T) {
 			Labels:          map[string]string{"nri-sysctl.io/skip": "true"},
 			RuntimeHandlers: []string{"kata*"},
 		},
-		Mode:    ModeNamespace,
-		OnError: OnErrorWarn,
+		Mode:                 ModeNamespace,
+		OnError:              OnErrorWarn,
+		UserNamespaceRefused: RefusedSkip,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Parse =\n%+v\nwant\n%+v", cfg, want)
@@ -566,9 +567,10 @@ func TestLoadExample(t *testing.T) {
 			{Key: "net.ipv4.tcp_keepalive_intvl", Value: "60", Line: 7},
 			{Key: "net.ipv4.tcp_keepalive_probes", Value: "5", Line: 8},
 		},
-		Exclude: Selector{Namespaces: []string{"kube-system"}},
-		Mode:    ModeAuto,
-		OnError: OnErrorFail,
+		Exclude:              Selector{Namespaces: []string{"kube-system"}},
+		Mode:                 ModeAuto,
+		OnError:              OnErrorFail,
+		UserNamespaceRefused: RefusedSkip,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)

@@ -61,6 +61,7 @@ const (
 	ReasonHostNamespace = "pod shares the host's namespace"
 	ReasonPodOwn        = "pod sets it itself"
 	ReasonExisting      = "already set on the container (runtime or another plugin)"
+	ReasonUserNamespace = "the kernel refuses it inside a user namespace"
 )
 
 // Skipped is a key the config wanted but the container does not get.
@@ -81,11 +82,13 @@ type Decision struct {
 // Policy is a config compiled for fast decisions: keys are numbered once, so
 // a decision works on a slice instead of building maps.
 type Policy struct {
-	keys    []string
-	ns      []sysctl.Namespace
-	base    []string
-	rules   []rule
-	exclude selector
+	keys []string
+	ns   []sysctl.Namespace
+	// refusedInUserNS marks keys to leave out for user-namespace pods.
+	refusedInUserNS []bool
+	base            []string
+	rules           []rule
+	exclude         selector
 }
 
 type rule struct {
@@ -122,9 +125,11 @@ func Compile(cfg *config.Config) *Policy {
 	p := &Policy{keys: cfg.AllKeys(), exclude: compileSelector(cfg.Exclude)}
 	index := make(map[string]int, len(p.keys))
 	p.ns = make([]sysctl.Namespace, len(p.keys))
+	p.refusedInUserNS = make([]bool, len(p.keys))
 	for i, k := range p.keys {
 		index[k] = i
 		p.ns[i] = sysctl.NamespaceOf(k)
+		p.refusedInUserNS[i] = cfg.RefusedInUserNamespace[k] && cfg.UserNamespaceRefused != config.RefusedFail
 	}
 	p.base = make([]string, len(p.keys))
 	for _, e := range cfg.Sysctls {
@@ -156,7 +161,7 @@ func (p *Policy) Decide(in Input) Decision {
 			continue
 		}
 		key := p.keys[i]
-		if reason := skipReason(key, p.ns[i], in); reason != "" {
+		if reason := skipReason(key, p.ns[i], p.refusedInUserNS[i], in); reason != "" {
 			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
 			continue
 		}
@@ -195,11 +200,15 @@ func (p *Policy) effectiveValues(pod Pod) (values []string, n int) {
 	return values, n
 }
 
-// skipReason applies, in order: host namespaces, the pod's own value, and
-// a value already on the container.
-func skipReason(key string, ns sysctl.Namespace, in Input) string {
+// skipReason applies, in order: host namespaces, keys the kernel refuses
+// in the pod's user namespace, the pod's own value, and a value already on
+// the container.
+func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input) string {
 	if !in.Pod.Own.Has(ns) {
 		return ReasonHostNamespace + " (" + ns.String() + ")"
+	}
+	if refusedInUserNS && in.Pod.Own.User {
+		return ReasonUserNamespace
 	}
 	if _, own := in.PodOwn[key]; own {
 		return ReasonPodOwn

@@ -78,3 +78,28 @@ func TestHostPingGroupRange(t *testing.T) {
 		}
 	}
 }
+
+func TestDecideSkipsKeysRefusedInUserNamespaces(t *testing.T) {
+	text := "sysctls:\n  net.core.rmem_max: 8388608\n  net.ipv4.tcp_keepalive_time: 600\n"
+	cfg := mustConfig(t, text)
+	cfg.RefusedInUserNamespace = map[string]bool{"net.core.rmem_max": true}
+	p := Compile(cfg)
+
+	d := p.Decide(Input{Pod: Pod{Own: ownAll}})
+	if got := applied(d); !reflect.DeepEqual(got, map[string]string{"net.ipv4.tcp_keepalive_time": "600"}) {
+		t.Fatalf("user-namespace pod: applied %v", got)
+	}
+	if got := skipped(d); got["net.core.rmem_max"] != ReasonUserNamespace {
+		t.Fatalf("user-namespace pod: skipped %v", got)
+	}
+	d = p.Decide(Input{Pod: Pod{Own: ownNormal}})
+	if got := applied(d); len(got) != 2 {
+		t.Fatalf("pod without a user namespace gets both: %v", got)
+	}
+
+	cfg = mustConfig(t, text+"userNamespaceRefused: fail\n")
+	cfg.RefusedInUserNamespace = map[string]bool{"net.core.rmem_max": true}
+	if got := applied(Compile(cfg).Decide(Input{Pod: Pod{Own: ownAll}})); len(got) != 2 {
+		t.Fatalf("userNamespaceRefused: fail keeps the key (the pod fails loudly): %v", got)
+	}
+}

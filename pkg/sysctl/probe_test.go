@@ -51,6 +51,8 @@ func TestProbeKernel(t *testing.T) {
 		"net.ipv4.neigh.default.gc_thresh1",
 		"net.ipv4.neigh.eth0.gc_thresh1",
 		"kernel.shmbogus",
+		// Present in a fresh netns but read-only there (6.x).
+		"net.core.rmem_max",
 		// Not namespaced: not probed, even when missing.
 		"vm.no_such_key",
 		"kernel.core_pattern",
@@ -65,6 +67,7 @@ func TestProbeKernel(t *testing.T) {
 		"net.ipv4.neigh.default.gc_thresh1": ErrMissing,
 		"net.ipv4.neigh.eth0.gc_thresh1":    ErrMissing,
 		"kernel.shmbogus":                   ErrMissing,
+		"net.core.rmem_max":                 ErrReadOnly,
 	}
 	if !reflect.DeepEqual(missing, want) {
 		t.Errorf("ProbeKernel missing = %v, want %v", missing, want)

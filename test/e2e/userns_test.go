@@ -11,10 +11,18 @@ import (
 // here), as CRI-O does. Debian 12's runc 1.1.5 lacks the id-mapped mounts
 // containerd 2.x needs for such pods, so they run under a newer runc that
 // test/setup.sh builds, through its own runtime handler.
+//
+// net.core.xfrm_acq_expires is hidden inside a network namespace owned by a
+// user namespace: the plugin leaves it out for such a pod (which would
+// otherwise fail to start) and gives it to an ordinary pod.
 func TestUserNamespacePod(t *testing.T) {
 	c := getCluster(t)
 	const key = "net.ipv4.ping_group_range"
-	startPlugin(t, "sysctls:\n  "+key+": \"0 2147483647\"\n  net.ipv4.tcp_keepalive_time: \"600\"\n")
+	const xfrmAcqExpires = "31"
+	if hostSysctl(t, "net.core.xfrm_acq_expires") == xfrmAcqExpires {
+		t.Fatalf("test value net.core.xfrm_acq_expires=%s equals the host's; pick another", xfrmAcqExpires)
+	}
+	startPlugin(t, "sysctls:\n  "+key+": \"0 2147483647\"\n  net.ipv4.tcp_keepalive_time: \"600\"\n  net.core.xfrm_acq_expires: \""+xfrmAcqExpires+"\"\n")
 	// The pod's root (host uid 100000) must be able to reach its rootfs.
 	for _, dir := range []string{c.tmp, c.state, c.root} {
 		if err := os.Chmod(dir, 0o711); err != nil {
@@ -41,5 +49,19 @@ func TestUserNamespacePod(t *testing.T) {
 	}
 	if got := readSysctl(t, id, "net.ipv4.tcp_keepalive_time"); got != "600" {
 		t.Errorf("tcp_keepalive_time = %s, want 600", got)
+	}
+	// The key does not even exist in a network namespace that a user
+	// namespace owns; had the plugin set it, the container would not start.
+	if got := strings.TrimSpace(execIn(t, id, "sh", "-c", "cat /proc/sys/net/core/xfrm_acq_expires 2>/dev/null || echo absent")); got != "absent" {
+		t.Errorf("net.core.xfrm_acq_expires = %s in the user-namespace pod; expected the kernel to hide it", got)
+	}
+	if ann := containerAnnotations(t, id)[annotationSkipped]; !strings.Contains(ann, "net.core.xfrm_acq_expires (the kernel refuses it inside a user namespace)") {
+		t.Errorf("annotation %s = %q, want xfrm_acq_expires skipped for the user namespace", annotationSkipped, ann)
+	}
+
+	ordinary := runPod(t, PodSpec{Name: "no-userns", Namespace: "e2e-userns"})
+	oid := runContainer(t, ordinary, "app")
+	if got := readSysctl(t, oid, "net.core.xfrm_acq_expires"); got != xfrmAcqExpires {
+		t.Errorf("ordinary pod: net.core.xfrm_acq_expires = %s, want %s", got, xfrmAcqExpires)
 	}
 }
