@@ -49,9 +49,11 @@ e2e: build
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
 test-all: setup test fuzz-smoke e2e bench-smoke
 
-## demo: a throwaway containerd, the plugin with config/config.yaml, one pod.
-demo: setup build
-	NRI_SYSCTL_DEMO=1 $(GO) test -count=1 -v -run '^TestDemo$$' ./test/e2e/
+## demo: a throwaway containerd (v2.4.2), the plugin with config/config.yaml,
+## one pod, and the sysctls inside it beside the kernel's and the host's.
+demo: build
+	test/setup.sh v2.4.2
+	NRI_SYSCTL_CONTAINERD_VERSION=v2.4.2 $(GO) test -count=1 -v -run '^TestDemo$$' ./test/e2e/
 
 ## install: the layout image builders bake into a node (DESTDIR, PREFIX).
 install: build
