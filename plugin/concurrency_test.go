@@ -26,14 +26,7 @@ import (
 // Two valid configs the concurrency test reloads between, and one that is
 // rejected (the config in force must stay).
 const (
-	concCfgA = `
-sysctls:
-  net.ipv4.tcp_keepalive_time: 600
-  net.ipv4.tcp_keepalive_intvl: 60
-  kernel.msgmax: 16384
-exclude:
-  namespaces: [kube-system]
-`
+	concCfgA = testConfig
 	concCfgB = `
 sysctls:
   net.ipv4.tcp_keepalive_time: 300

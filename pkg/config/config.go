@@ -516,40 +516,43 @@ func (p *parser) oneOf(n *yaml.Node, where string, allowed ...string) string {
 	return allowed[0]
 }
 
-// socketPath is an absolute path to a unix socket.
-func (p *parser) socketPath(n *yaml.Node, where string) string {
+// optionalString reads a string field that, when given, must not be empty
+// or hold NUL or a newline. ok is false when there is nothing to use.
+func (p *parser) optionalString(n *yaml.Node, where string) (string, bool) {
 	v := p.str(n, where)
 	switch {
 	case n.Kind != yaml.ScalarNode || n.Tag == "!!null":
-		return ""
+		return "", false
 	case v == "":
 		p.fail(n.Line, where, "must not be empty")
+		return "", false
 	case strings.ContainsAny(v, "\x00\n"):
 		p.fail(n.Line, where, "must not contain NUL or a newline")
-	case !path.IsAbs(v):
-		p.fail(n.Line, where, "%q is not an absolute path to containerd's socket", v)
-	default:
-		return v
+		return "", false
 	}
-	return ""
+	return v, true
+}
+
+// socketPath is an absolute path to a unix socket.
+func (p *parser) socketPath(n *yaml.Node, where string) string {
+	v, ok := p.optionalString(n, where)
+	if ok && !path.IsAbs(v) {
+		p.fail(n.Line, where, "%q is not an absolute path to containerd's socket", v)
+		return ""
+	}
+	return v
 }
 
 // containerdNamespaceRE is containerd's own rule for namespace names.
 var containerdNamespaceRE = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
 
 func (p *parser) containerdNamespace(n *yaml.Node, where string) string {
-	v := p.str(n, where)
-	switch {
-	case n.Kind != yaml.ScalarNode || n.Tag == "!!null":
-		return ""
-	case v == "":
-		p.fail(n.Line, where, "must not be empty")
-	case len(v) > 76 || !containerdNamespaceRE.MatchString(v):
+	v, ok := p.optionalString(n, where)
+	if ok && (len(v) > 76 || !containerdNamespaceRE.MatchString(v)) {
 		p.fail(n.Line, where, "%q is not a containerd namespace name", v)
-	default:
-		return v
+		return ""
 	}
-	return ""
+	return v
 }
 
 // checkKernel probes every key once in throw-away namespaces.
