@@ -73,12 +73,9 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 	sb, err := c.sandboxes.Get(ctx, &sandboxapi.StoreGetRequest{SandboxID: podID})
 	if err == nil {
 		if ext := sb.GetSandbox().GetExtensions()[sandboxStoreMetadataExt]; ext != nil {
-			own, gids, err := sysctlsFromCRIMetadata(ext.GetValue())
+			r, err := fromCRIMetadata(ext.GetValue(), sb.GetSandbox().GetSpec().GetValue(), SourceSandboxConfig)
 			if err == nil {
-				if gids == nil {
-					gids = gidMappingsFromSpec(sb.GetSandbox().GetSpec().GetValue())
-				}
-				return PodSysctls{Own: own, Source: SourceSandboxConfig, GIDMappings: gids}, nil
+				return r, nil
 			}
 			errs = append(errs, fmt.Errorf("sandbox store: %w", err))
 		}
@@ -92,24 +89,22 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pause container: %w", err))
 		if spec := sb.GetSandbox().GetSpec(); spec != nil {
-			if own, err := sysctlsFromSpec(spec.GetValue()); err == nil {
-				return PodSysctls{Own: own, Source: SourceSandboxSpec, GIDMappings: gidMappingsFromSpec(spec.GetValue())}, nil
+			if r, err := fromSpec(spec.GetValue()); err == nil {
+				return r, nil
 			}
 		}
 		return PodSysctls{}, fmt.Errorf("looking up pod %s: %w", podID, errors.Join(errs...))
 	}
+	spec := ctr.GetContainer().GetSpec().GetValue()
 	if ext := ctr.GetContainer().GetExtensions()[pauseContainerMetaExt]; ext != nil {
-		if own, gids, err := sysctlsFromCRIMetadata(ext.GetValue()); err == nil {
-			if gids == nil {
-				gids = gidMappingsFromSpec(ctr.GetContainer().GetSpec().GetValue())
-			}
-			return PodSysctls{Own: own, Source: SourceRuntimeConfig, GIDMappings: gids}, nil
+		if r, err := fromCRIMetadata(ext.GetValue(), spec, SourceRuntimeConfig); err == nil {
+			return r, nil
 		}
 	}
-	if spec := ctr.GetContainer().GetSpec(); spec != nil {
-		own, err := sysctlsFromSpec(spec.GetValue())
+	if ctr.GetContainer().GetSpec() != nil {
+		r, err := fromSpec(spec)
 		if err == nil {
-			return PodSysctls{Own: own, Source: SourceSandboxSpec, GIDMappings: gidMappingsFromSpec(spec.GetValue())}, nil
+			return r, nil
 		}
 		errs = append(errs, err)
 	}

@@ -197,30 +197,44 @@ type ociSpec struct {
 	} `json:"linux"`
 }
 
-// sysctlsFromSpec reads linux.sysctl from an OCI spec in JSON.
-func sysctlsFromSpec(data []byte) (map[string]string, error) {
+// readSpec reads linux.sysctl and linux.gidMappings from an OCI spec in
+// JSON, in one decoding.
+func readSpec(data []byte) (map[string]string, []policy.IDMapping, error) {
 	var spec ociSpec
 	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("decoding sandbox spec: %w", err)
+		return nil, nil, fmt.Errorf("decoding sandbox spec: %w", err)
 	}
 	if spec.Linux == nil {
-		return normalized(nil), nil
+		return normalized(nil), nil, nil
 	}
-	return normalized(spec.Linux.Sysctl), nil
+	var gids []policy.IDMapping
+	for _, m := range spec.Linux.GIDMappings {
+		gids = append(gids, policy.IDMapping{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
+	}
+	return normalized(spec.Linux.Sysctl), gids, nil
 }
 
-// gidMappingsFromSpec reads linux.gidMappings from an OCI spec in JSON;
-// nil when there are none or the spec cannot be read.
-func gidMappingsFromSpec(data []byte) []policy.IDMapping {
-	var spec ociSpec
-	if json.Unmarshal(data, &spec) != nil || spec.Linux == nil {
-		return nil
+// fromSpec takes everything from a sandbox spec; the runtime's implicit
+// keys are in it, so they count as the pod's own.
+func fromSpec(spec []byte) (PodSysctls, error) {
+	own, gids, err := readSpec(spec)
+	if err != nil {
+		return PodSysctls{}, err
 	}
-	var out []policy.IDMapping
-	for _, m := range spec.Linux.GIDMappings {
-		out = append(out, policy.IDMapping{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
+	return PodSysctls{Own: own, Source: SourceSandboxSpec, GIDMappings: gids}, nil
+}
+
+// fromCRIMetadata takes the pod's sysctls from CRI metadata, and its gid
+// mapping from the metadata or, failing that, from the spec beside it.
+func fromCRIMetadata(meta, spec []byte, source string) (PodSysctls, error) {
+	own, gids, err := sysctlsFromCRIMetadata(meta)
+	if err != nil {
+		return PodSysctls{}, err
 	}
-	return out
+	if gids == nil && len(spec) > 0 {
+		_, gids, _ = readSpec(spec)
+	}
+	return PodSysctls{Own: own, Source: source, GIDMappings: gids}, nil
 }
 
 func normalized(in map[string]string) map[string]string {

@@ -45,11 +45,11 @@ func TestSysctlsFromCRIMetadata(t *testing.T) {
 }
 
 func TestSysctlsFromSpec(t *testing.T) {
-	got, err := sysctlsFromSpec([]byte(`{"ociVersion":"1.2.0","linux":{"sysctl":{"net.ipv4.ip_unprivileged_port_start":"0"}}}`))
+	got, _, err := readSpec([]byte(`{"ociVersion":"1.2.0","linux":{"sysctl":{"net.ipv4.ip_unprivileged_port_start":"0"}}}`))
 	if err != nil || !reflect.DeepEqual(got, map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}) {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	if got, err := sysctlsFromSpec([]byte(`{"ociVersion":"1.2.0"}`)); err != nil || len(got) != 0 {
+	if got, _, err := readSpec([]byte(`{"ociVersion":"1.2.0"}`)); err != nil || len(got) != 0 {
 		t.Fatalf("no linux: got %v, %v", got, err)
 	}
 }
@@ -122,14 +122,14 @@ func TestCacheKeepsFailureAsUnknown(t *testing.T) {
 }
 
 func TestGIDMappingsFromSpec(t *testing.T) {
-	got := gidMappingsFromSpec([]byte(`{"linux":{"gidMappings":[{"containerID":0,"hostID":100000,"size":65536}]}}`))
+	_, got, _ := readSpec([]byte(`{"linux":{"gidMappings":[{"containerID":0,"hostID":100000,"size":65536}]}}`))
 	if len(got) != 1 || got[0].ContainerID != 0 || got[0].HostID != 100000 || got[0].Size != 65536 {
 		t.Fatalf("got %+v", got)
 	}
-	if got := gidMappingsFromSpec([]byte(`{"linux":{}}`)); got != nil {
+	if _, got, _ := readSpec([]byte(`{"linux":{}}`)); got != nil {
 		t.Fatalf("no mappings: %+v", got)
 	}
-	if got := gidMappingsFromSpec(nil); got != nil {
+	if _, got, _ := readSpec(nil); got != nil {
 		t.Fatalf("no spec: %+v", got)
 	}
 }
