@@ -71,8 +71,8 @@ func (p *plugin) setConfig(cfg *config.Config) {
 // applyConfig puts a validated config in force, first moving pod lookups
 // to the containerd it names.
 func (p *plugin) applyConfig(cfg *config.Config) error {
-	if p.check != nil && len(cfg.AllKeys()) > 0 {
-		refused, err := sysctl.ProbeUserNamespace(cfg.AllKeys())
+	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
+		refused, err := sysctl.ProbeUserNamespace(keys)
 		if err != nil {
 			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
 		} else if len(refused) > 0 {
@@ -235,8 +235,8 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, nil
 	}
 	adj := &api.ContainerAdjustment{}
-	for _, s := range d.Apply {
-		if specMode {
+	if specMode {
+		for _, s := range d.Apply {
 			adj.SetLinuxSysctl(s.Key(), s.Value())
 		}
 	}
@@ -410,33 +410,26 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 	return info
 }
 
-// namespaceTarget finds the pod's namespaces: the network one by its path,
-// the others through the sandbox's pid.
+// namespaceTarget finds the pod's namespaces: by their path (the network
+// one has it), or else through the sandbox's pid.
 func namespaceTarget(pod *api.PodSandbox) nswrite.Target {
 	var t nswrite.Target
-	viaPid := func(kind string) string {
-		if pod.GetPid() == 0 {
-			return ""
-		}
-		return "/proc/" + strconv.FormatUint(uint64(pod.GetPid()), 10) + "/ns/" + kind
-	}
 	for _, ns := range pod.GetLinux().GetNamespaces() {
+		var path *string
+		var procName string
 		switch ns.GetType() {
 		case "network":
-			t.NetNSPath = ns.GetPath()
-			if t.NetNSPath == "" {
-				t.NetNSPath = viaPid("net")
-			}
+			path, procName = &t.NetNSPath, "net"
 		case "ipc":
-			t.IPCNSPath = ns.GetPath()
-			if t.IPCNSPath == "" {
-				t.IPCNSPath = viaPid("ipc")
-			}
+			path, procName = &t.IPCNSPath, "ipc"
 		case "uts":
-			t.UTSNSPath = ns.GetPath()
-			if t.UTSNSPath == "" {
-				t.UTSNSPath = viaPid("uts")
-			}
+			path, procName = &t.UTSNSPath, "uts"
+		default:
+			continue
+		}
+		*path = ns.GetPath()
+		if *path == "" && pod.GetPid() != 0 {
+			*path = "/proc/" + strconv.FormatUint(uint64(pod.GetPid()), 10) + "/ns/" + procName
 		}
 	}
 	return t
