@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,14 +175,7 @@ func canonicalWrite(list []sysctl.Sysctl) string {
 	return canonical(m, nil)
 }
 
-func sortedMapKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedMapKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
 
 // concLife is one lifetime of one pod, with what its containers got.
 type concLife struct {

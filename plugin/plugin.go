@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 		if err != nil {
 			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
 		} else if len(refused) > 0 {
-			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(sortedSet(refused), ", "))
+			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(slices.Sorted(maps.Keys(refused)), ", "))
 		}
 		cfg.RefusedInUserNamespace = refused
 	}
@@ -457,13 +458,4 @@ func joinWriteErrors(errs []nswrite.WriteError) error {
 		list[i] = e
 	}
 	return errors.Join(list...)
-}
-
-func sortedSet(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

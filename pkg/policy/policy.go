@@ -3,8 +3,9 @@
 package policy
 
 import (
+	"maps"
 	"path"
-	"sort"
+	"slices"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -109,7 +110,7 @@ type labelPair struct{ key, value string }
 
 func compileSelector(s config.Selector) selector {
 	out := selector{namespaces: s.Namespaces, runtimeHandlers: s.RuntimeHandlers}
-	for _, k := range sortedKeys(s.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
 		out.labels = append(out.labels, labelPair{k, s.Labels[k]})
 	}
 	return out
@@ -269,18 +270,6 @@ func anyGlob(globs []string, s string) bool {
 func glob(pattern, s string) bool {
 	ok, _ := path.Match(pattern, s)
 	return ok
-}
-
-func sortedKeys(m map[string]string) []string {
-	if len(m) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // Excluded returns the exclusion criterion the pod meets, or "". It lets

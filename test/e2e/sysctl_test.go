@@ -7,7 +7,8 @@ package e2e
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,14 +35,7 @@ func defaultsYAML(defaults map[string]string) string {
 	return b.String()
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
 
 // injectedValue is the expected value of the nri-sysctl.io/injected annotation.
 func injectedValue(m map[string]string) string {
