@@ -62,7 +62,7 @@ func newBenchPlugin(b *testing.B, runtimeVersion string) *plugin {
 	if _, err := p.Configure(context.Background(), benchPluginConfig(), "containerd", runtimeVersion); err != nil {
 		b.Fatal(err)
 	}
-	p.pods = podsysctl.NewCache(instantFetcher{})
+	p.useFetcher(instantFetcher{})
 	return p
 }
 
@@ -126,7 +126,7 @@ func BenchmarkPodLifecycleSpecMode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if n := p.pods.Len(); n != 0 {
+	if n := p.records.len(); n != 0 {
 		b.Fatalf("%d pod(s) left in the cache", n)
 	}
 }

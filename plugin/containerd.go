@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
@@ -18,73 +24,182 @@ type containerdTarget struct {
 
 // resolveContainerd picks the containerd socket and namespace: a flag given
 // on the command line, then the config's containerdAddress /
-// containerdNamespace, then the flag's default. A pre-installed plugin
-// gets no flags, so its config is the only way to name another socket.
-func resolveContainerd(o options, cfg *config.Config) containerdTarget {
-	t := containerdTarget{address: o.containerdAddress, namespace: o.containerdNamespace}
+// containerdNamespace, then the flag's default. explicit is false when the
+// address is only the default.
+func resolveContainerd(o options, cfg *config.Config) (t containerdTarget, explicit bool) {
+	t = containerdTarget{address: o.containerdAddress, namespace: o.containerdNamespace}
+	explicit = o.containerdAddressSet
 	if !o.containerdAddressSet && cfg.ContainerdAddress != "" {
-		t.address = cfg.ContainerdAddress
+		t.address, explicit = cfg.ContainerdAddress, true
 	}
 	if !o.containerdNamespaceSet && cfg.ContainerdNamespace != "" {
 		t.namespace = cfg.ContainerdNamespace
 	}
-	return t
+	return t, explicit
 }
 
-// switchingFetcher is a podsysctl.Fetcher whose containerd connection
-// follows the config in force (the config may arrive only in Configure, or
-// change on reload).
-type switchingFetcher struct {
-	log *logrus.Logger
-	mu  sync.Mutex
-	cur containerdTarget
-	f   *podsysctl.Containerd
+// lookups keeps one containerd connection per target, so that a reload
+// naming the same containerd reuses it.
+type lookups struct {
+	log  *logrus.Logger
+	opts options
+	// parentPID is containerd's pid when containerd launched the plugin
+	// (pre-installed), else 0.
+	parentPID int
+
+	mu    sync.Mutex
+	conns map[containerdTarget]*podsysctl.Containerd
 }
 
-// use points the fetcher at t; it does nothing if t is already in use.
-func (s *switchingFetcher) use(t containerdTarget) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.f != nil && s.cur == t {
+func newLookups(log *logrus.Logger, opts options, parentPID int) *lookups {
+	return &lookups{log: log, opts: opts, parentPID: parentPID, conns: map[containerdTarget]*podsysctl.Containerd{}}
+}
+
+// connect returns the lookup for a config. A pre-installed plugin with no
+// address given finds the containerd that launched it, whatever its socket.
+func (l *lookups) connect(cfg *config.Config) (podsysctl.Fetcher, error) {
+	t, explicit := resolveContainerd(l.opts, cfg)
+	if l.parentPID == 0 || explicit {
+		return l.conn(t, true)
+	}
+	candidates := parentSockets(l.parentPID)
+	l.log.WithFields(logrus.Fields{"containerd_pid": l.parentPID, "candidates": strings.Join(candidates, ",")}).Info("looking for the containerd that launched the plugin among its listening sockets")
+	d := &discoveredLookup{lookups: l, namespace: t.namespace}
+	for _, addr := range candidates {
+		d.candidates = append(d.candidates, containerdTarget{address: addr, namespace: t.namespace})
+	}
+	if !slices.Contains(candidates, t.address) {
+		d.candidates = append(d.candidates, t)
+	}
+	return d, nil
+}
+
+// conn returns the connection for t, making it on first use.
+func (l *lookups) conn(t containerdTarget, check bool) (*podsysctl.Containerd, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.conns[t]; ok {
+		return c, nil
+	}
+	c, err := podsysctl.NewContainerd(t.address, t.namespace)
+	if err != nil {
+		return nil, err
+	}
+	l.conns[t] = c
+	if check {
+		l.log.WithFields(logrus.Fields{"address": t.address, "containerd_namespace": t.namespace}).Info("looking up pods' own sysctls in containerd")
+		go l.checkReachable(c, t)
+	}
+	return c, nil
+}
+
+// checkReachable says at once when the lookup socket does not answer:
+// every pod would get nothing.
+func (l *lookups) checkReachable(c *podsysctl.Containerd, t containerdTarget) {
+	log := l.log.WithField("address", t.address)
+	if v, err := c.Check(context.Background()); err != nil {
+		log.WithError(err).Error("cannot reach containerd: pods get no defaults until it answers; check --containerd-address or containerdAddress")
+	} else {
+		log.WithField("version", v).Info("containerd answers")
+	}
+}
+
+func (l *lookups) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, c := range l.conns {
+		c.Close()
+		delete(l.conns, t)
+	}
+}
+
+// discoveredLookup tries the parent's sockets in turn and keeps the first
+// that knows the pod asked about: that one is the containerd sending the
+// events, not just any process listening on a socket.
+type discoveredLookup struct {
+	*lookups
+	namespace  string
+	candidates []containerdTarget
+
+	mu     sync.Mutex
+	chosen *podsysctl.Containerd
+}
+
+func (d *discoveredLookup) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
+	d.mu.Lock()
+	chosen := d.chosen
+	d.mu.Unlock()
+	if chosen != nil {
+		return chosen.Fetch(ctx, podID)
+	}
+	var errs []error
+	for _, t := range d.candidates {
+		c, err := d.conn(t, false)
+		if err == nil {
+			var own podsysctl.PodSysctls
+			if own, err = c.Fetch(ctx, podID); err == nil {
+				d.mu.Lock()
+				d.chosen = c
+				d.mu.Unlock()
+				d.log.WithFields(logrus.Fields{"address": t.address, "containerd_namespace": t.namespace}).Info("found the containerd that launched the plugin; looking pods up there")
+				return own, nil
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", t.address, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return podsysctl.PodSysctls{}, fmt.Errorf("no containerd socket of the parent process knows pod %s: %w", podID, errors.Join(errs...))
+}
+
+// parentSockets lists the unix sockets the process pid listens on, from
+// its open fds and /proc/net/unix; names like containerd's gRPC socket
+// come first, and its NRI and ttrpc sockets last.
+func parentSockets(pid int) []string {
+	inodes := map[string]bool{}
+	fdDir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	entries, _ := os.ReadDir(fdDir)
+	for _, e := range entries {
+		link, err := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
 		return nil
 	}
-	f, err := podsysctl.NewContainerd(t.address, t.namespace)
-	if err != nil {
-		return err
-	}
-	old := s.f
-	s.cur, s.f = t, f
-	if old != nil {
-		// A lookup may still be using the old connection; lookups time
-		// out after a few seconds.
-		time.AfterFunc(30*time.Second, func() { old.Close() })
-	}
-	s.log.Infof("looking up pods' own sysctls in containerd at %s, namespace %s", t.address, t.namespace)
-	go func() {
-		if v, err := f.Check(context.Background()); err != nil {
-			s.log.Errorf("cannot reach containerd at %s (%v): pods will get no defaults until it answers; check --containerd-address or containerdAddress", t.address, err)
-		} else {
-			s.log.Infof("containerd %s answers at %s", v, t.address)
+	defer f.Close()
+	var paths []string
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 || !inodes[fields[6]] || !strings.HasPrefix(fields[7], "/") {
+			continue
 		}
-	}()
-	return nil
+		const acceptConn = 0x10000 // __SO_ACCEPTCON: a listening socket
+		if flags, err := strconv.ParseUint(fields[3], 16, 32); err != nil || flags&acceptConn == 0 {
+			continue
+		}
+		if !slices.Contains(paths, fields[7]) {
+			paths = append(paths, fields[7])
+		}
+	}
+	slices.SortStableFunc(paths, func(a, b string) int { return socketRank(a) - socketRank(b) })
+	return paths
 }
 
-func (s *switchingFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
-	s.mu.Lock()
-	f := s.f
-	s.mu.Unlock()
-	if f == nil {
-		return podsysctl.PodSysctls{}, fmt.Errorf("no containerd connection configured")
+func socketRank(path string) int {
+	switch base := filepath.Base(path); {
+	case strings.HasSuffix(base, "containerd.sock"):
+		return 0
+	case strings.Contains(base, "nri"):
+		return 2
+	case strings.HasSuffix(base, ".ttrpc"):
+		return 3
 	}
-	return f.Fetch(ctx, podID)
-}
-
-func (s *switchingFetcher) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.f != nil {
-		s.f.Close()
-		s.f = nil
-	}
+	return 1
 }

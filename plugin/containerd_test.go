@@ -2,6 +2,11 @@ package main
 
 import (
 	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -18,18 +23,53 @@ func TestResolveContainerd(t *testing.T) {
 	}
 	fromConfig := &config.Config{ContainerdAddress: "/run/k3s/containerd/containerd.sock", ContainerdNamespace: "other"}
 	for _, tc := range []struct {
-		name string
-		o    options
-		cfg  *config.Config
-		want containerdTarget
+		name     string
+		o        options
+		cfg      *config.Config
+		want     containerdTarget
+		explicit bool
 	}{
-		{"defaults", parse(), &config.Config{}, containerdTarget{"/run/containerd/containerd.sock", "k8s.io"}},
-		{"config over defaults", parse(), fromConfig, containerdTarget{"/run/k3s/containerd/containerd.sock", "other"}},
-		{"flags over config", parse("--containerd-address", "/a.sock", "--containerd-namespace", "ns"), fromConfig, containerdTarget{"/a.sock", "ns"}},
-		{"flag given with its default value still wins", parse("--containerd-address", "/run/containerd/containerd.sock"), fromConfig, containerdTarget{"/run/containerd/containerd.sock", "other"}},
+		{"defaults", parse(), &config.Config{}, containerdTarget{"/run/containerd/containerd.sock", "k8s.io"}, false},
+		{"config over defaults", parse(), fromConfig, containerdTarget{"/run/k3s/containerd/containerd.sock", "other"}, true},
+		{"flags over config", parse("--containerd-address", "/a.sock", "--containerd-namespace", "ns"), fromConfig, containerdTarget{"/a.sock", "ns"}, true},
+		{"flag given with its default value still wins", parse("--containerd-address", "/run/containerd/containerd.sock"), fromConfig, containerdTarget{"/run/containerd/containerd.sock", "other"}, true},
 	} {
-		if got := resolveContainerd(tc.o, tc.cfg); got != tc.want {
-			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		if got, explicit := resolveContainerd(tc.o, tc.cfg); got != tc.want || explicit != tc.explicit {
+			t.Errorf("%s: got %+v explicit=%v, want %+v explicit=%v", tc.name, got, explicit, tc.want, tc.explicit)
 		}
+	}
+}
+
+// parentSockets finds the sockets a process listens on, gRPC-looking ones
+// first, and leaves out sockets it only connected.
+func TestParentSockets(t *testing.T) {
+	dir := t.TempDir()
+	var listeners []net.Listener
+	for _, name := range []string{"nri.sock", "other.sock", "containerd.sock.ttrpc", "containerd.sock"} {
+		l, err := net.Listen("unix", filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		listeners = append(listeners, l)
+	}
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	client, err := net.Dial("unix", filepath.Join(dir, "other.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var got []string
+	for _, p := range parentSockets(os.Getpid()) {
+		if strings.HasPrefix(p, dir) {
+			got = append(got, filepath.Base(p))
+		}
+	}
+	want := []string{"containerd.sock", "other.sock", "nri.sock", "containerd.sock.ttrpc"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("listening sockets %v, want %v", got, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
@@ -47,7 +47,9 @@ type options struct {
 	containerdAddressSet   bool
 	containerdNamespaceSet bool
 	logLevel               string
-	mode                   string
+	logFormat              string
+	logFile                string
+	mode                   runtimemode.Mode
 	skipKernelCheck        bool
 	allowInsecureConfig    bool
 }
@@ -91,7 +93,12 @@ func parseRunFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.containerdAddress, "containerd-address", "/run/containerd/containerd.sock", "containerd gRPC socket, to look up pods' own sysctls")
 	fs.StringVar(&o.containerdNamespace, "containerd-namespace", "k8s.io", "containerd namespace of the CRI pods")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&o.mode, "mode", "", "override the config's mode: auto, spec or namespace")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")
+	fs.Func("mode", "override the config's mode: auto, spec or namespace", func(s string) (err error) {
+		o.mode, err = runtimemode.Parse(s)
+		return err
+	})
 	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
 	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
 	if err := fs.Parse(args); err != nil {
@@ -138,37 +145,58 @@ func kernelChecker(skip bool) config.KernelChecker {
 }
 
 func runPlugin(o options, stderr io.Writer) int {
+	// Caught before anything slow: an early SIGHUP must not kill the process.
+	hup, stopHUP := notifyOnSIGHUP()
+	defer stopHUP()
+
 	log := logrus.New()
-	log.SetOutput(stderr)
 	level, err := logrus.ParseLevel(o.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "bad --log-level %q: %v\n", o.logLevel, err)
 		return 2
 	}
 	log.SetLevel(level)
-
 	preinstalled := os.Getenv(api.PluginSocketEnvVar) != ""
+	where, closeLog, err := setupLogging(log, stderr, o.logFormat, o.logFile, preinstalled)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	defer closeLog()
+	log.WithFields(logrus.Fields{"version": version, "log": where, "preinstalled": preinstalled}).Info("nri-sysctl starting")
+
 	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
 	p.allowInsecureConfig = o.allowInsecureConfig
-	// The containerd connection follows the config in force: a
-	// pre-installed plugin may get its config (and so its containerd
-	// socket) only in Configure.
-	fetcher := &switchingFetcher{log: log}
-	defer fetcher.Close()
-	p.pods = podsysctl.NewCache(fetcher)
-	p.retarget = func(cfg *config.Config) error { return fetcher.use(resolveContainerd(o, cfg)) }
+	parentPID := 0
+	if preinstalled {
+		parentPID = os.Getppid()
+	}
+	conns := newLookups(log, o, parentPID)
+	defer conns.Close()
+	p.connect = conns.connect
 	if err := p.loadInitialConfig(o.configPath, preinstalled); err != nil {
-		log.Errorf("refusing to start: %v", err)
+		log.WithError(err).Error("refusing to start")
 		return 1
 	}
-	if err := p.retarget(p.current.Load().cfg); err != nil {
-		log.Errorf("refusing to start: %v", err)
-		return 1
+	if p.current.Load().cfg.Source == "" {
+		// No file (pre-installed, waiting for Configure): still look
+		// pods up, through the default or discovered containerd.
+		if err := p.applyConfig(p.current.Load().cfg); err != nil {
+			log.WithError(err).Error("refusing to start")
+			return 1
+		}
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	go p.reloadOnSIGHUP(ctx, o.configPath)
+	go p.watchReloads(ctx, o.configPath, hup)
+	go func() {
+		select {
+		case <-p.synchronized:
+			notifyReady(log)
+		case <-ctx.Done():
+		}
+	}()
 
 	var stubOpts []stub.Option
 	if !preinstalled {
@@ -188,14 +216,14 @@ func runPlugin(o options, stderr io.Writer) int {
 		if preinstalled {
 			// containerd relaunches its pre-installed plugins when it
 			// restarts; the inherited socket cannot be redialled.
-			log.Errorf("NRI connection ended: %v", err)
+			log.WithError(err).Error("NRI connection ended")
 			return 1
 		}
 		if registered {
 			backoff.reset()
 		}
 		wait := backoff.next()
-		log.Warnf("NRI connection ended (%v); reconnecting in %s", err, wait)
+		log.WithError(err).WithField("retry_in", wait.String()).Warn("NRI connection ended; reconnecting")
 		select {
 		case <-ctx.Done():
 			return 0
@@ -210,11 +238,11 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 	if err != nil {
 		return false, fmt.Errorf("creating NRI stub: %w", err)
 	}
+	p.stub = s
 	if err := s.Start(ctx); err != nil {
 		return false, fmt.Errorf("registering with NRI: %w", err)
 	}
-	p.log.Infof("registered with NRI (mode %s)", p.mode())
-	notifyReady(p.log)
+	p.log.WithField("mode", p.mode()).Info("registered with NRI")
 	stopped := make(chan struct{})
 	defer close(stopped)
 	go func() {
@@ -228,13 +256,14 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 	return true, errors.New("connection to the runtime closed")
 }
 
-// notifyReady tells systemd (Type=notify) that the plugin is registered,
-// so units ordered after it start only once pods will get their defaults.
+// notifyReady tells systemd (Type=notify) that the plugin is registered and
+// synchronized: the runtime sends it pod events from then on, so units
+// ordered after it start only once pods will get their defaults.
 func notifyReady(log *logrus.Logger) {
 	sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
 	switch {
 	case err != nil:
-		log.Warnf("sd_notify READY=1: %v", err)
+		log.WithError(err).Warn("sd_notify READY=1 failed")
 	case sent:
 		log.Debug("sent READY=1 to systemd")
 	}

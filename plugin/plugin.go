@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"os"
-	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -24,363 +20,493 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// Annotations recorded on each container the plugin touches, so that
-// `crictl inspect` shows what it did.
+// Annotations recorded on each container the plugin decides for, so that
+// `crictl inspect` shows what it did, and so that a restarted plugin can
+// tell at Synchronize which running containers it never saw.
 const (
 	annotationInjected = "nri-sysctl.io/injected"
 	annotationSkipped  = "nri-sysctl.io/skipped"
+	annotationOutcome  = "nri-sysctl.io/outcome"
 )
 
-// loaded is a validated config and its compiled policy, swapped as one.
+// Outcomes of one container's decision, in the outcome annotation and logs.
+const (
+	outcomeApplied        = "applied"
+	outcomeNothingToApply = "nothing_to_apply"
+	outcomeExcluded       = "excluded"
+	outcomeLookupFailed   = "lookup_failed"
+	outcomeWriteFailed    = "write_failed"
+)
+
+// prefetchTimeout bounds a spec-mode lookup started at RunPodSandbox, which
+// no request deadline covers.
+const prefetchTimeout = 10 * time.Second
+
+// loaded is a validated config, its compiled policy and the containerd
+// connection its pods are looked up through, swapped as one.
 type loaded struct {
 	cfg    *config.Config
 	policy *policy.Policy
+	lookup podsysctl.Fetcher
 }
 
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
-	modeOverride string
+	modeOverride runtimemode.Mode
 	// allowInsecureConfig accepts a config file anyone but root could write.
 	allowInsecureConfig bool
-	current             atomic.Pointer[loaded]
-	pods                *podsysctl.Cache
-	applyMode           atomic.Value // runtimemode.Mode
-	// pinned holds the config each pod was first decided with, until
-	// RemovePodSandbox: a reload applies to pods created after it, never
-	// to part of a pod's containers.
-	pinMu  sync.Mutex
-	pinned map[string]*loaded
-	// retarget, when set, points pod lookups at the containerd the config
-	// names; it runs before a new config is put in force.
-	retarget func(*config.Config) error
+
+	current   atomic.Pointer[loaded]
+	runtime   atomic.Pointer[runtimemode.Runtime] // set at Configure
+	applyMode atomic.Value                        // runtimemode.Mode
+	records   *podRecords
+
+	// connect returns the lookup for a config's containerd; it runs
+	// before the config is put in force.
+	connect func(*config.Config) (podsysctl.Fetcher, error)
+	// stub answers what the runtime told NRI at registration; nil in tests.
+	stub interface {
+		RuntimeNRIVersion() string
+		RequestTimeout() time.Duration
+	}
+	// synchronized is closed after the first Synchronize: the runtime
+	// sends pod events to the plugin only from then on.
+	synchronized     chan struct{}
+	synchronizedOnce sync.Once
+	// lacking counts running containers that lack the defaults, as of
+	// the last Synchronize.
+	lacking atomic.Int64
+	// modeLogged: the first mode chosen is logged even if it is the default.
+	modeLogged atomic.Bool
 	// writeNamespaces is swapped in tests.
 	writeNamespaces func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError
 }
 
-func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride string) *plugin {
-	p := &plugin{log: log, check: check, modeOverride: modeOverride, writeNamespaces: nswrite.Write, pinned: map[string]*loaded{}}
+func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
+	p := &plugin{
+		log:             log,
+		check:           check,
+		modeOverride:    modeOverride,
+		records:         newPodRecords(),
+		writeNamespaces: nswrite.Write,
+		synchronized:    make(chan struct{}),
+		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
+	}
 	p.applyMode.Store(runtimemode.Spec)
-	p.setConfig(&config.Config{Mode: config.ModeAuto, OnError: config.OnErrorFail})
+	p.current.Store(&loaded{cfg: &config.Config{Mode: config.ModeAuto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}), lookup: noLookup{}})
 	return p
 }
 
-func (p *plugin) setConfig(cfg *config.Config) {
-	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg)})
-}
+// noLookup serves until a config names a containerd.
+type noLookup struct{}
 
-// applyConfig puts a validated config in force, first moving pod lookups
-// to the containerd it names.
-func (p *plugin) applyConfig(cfg *config.Config) error {
-	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
-		refused, err := sysctl.ProbeUserNamespace(keys)
-		if err != nil {
-			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
-		} else if len(refused) > 0 {
-			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(slices.Sorted(maps.Keys(refused)), ", "))
-		}
-		cfg.RefusedInUserNamespace = refused
-	}
-	if p.retarget != nil {
-		if err := p.retarget(cfg); err != nil {
-			return err
-		}
-	}
-	p.setConfig(cfg)
-	return nil
+func (noLookup) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
+	return podsysctl.PodSysctls{}, errors.New("no containerd connection configured")
 }
 
 func (p *plugin) mode() runtimemode.Mode { return p.applyMode.Load().(runtimemode.Mode) }
 
-// configFor returns the config a pod is decided with: the one in force at
-// the pod's first event (RunPodSandbox, or its first container when the
-// plugin came up after the pod). Without this, a reload between two
-// containers of a pod would give them different sysctls, and in namespace
-// mode the annotations would not match what RunPodSandbox wrote.
-func (p *plugin) configFor(pod *api.PodSandbox) *loaded {
-	p.pinMu.Lock()
-	defer p.pinMu.Unlock()
-	if cur, ok := p.pinned[pod.GetId()]; ok {
-		return cur
-	}
-	cur := p.current.Load()
-	p.pinned[pod.GetId()] = cur
-	return cur
+// record returns the pod's record, made with the config and mode in force
+// when the pod is first seen.
+func (p *plugin) record(pod *api.PodSandbox, event string) *podRecord {
+	return p.records.get(pod.GetId(), func() *podRecord {
+		return &podRecord{cfg: p.current.Load(), mode: p.mode(), firstSeen: event}
+	})
 }
 
-// loadInitialConfig reads the config file. A pre-installed plugin may get
-// its config from containerd in Configure instead, so a missing file is
-// only an error for a plugin started by hand or by systemd.
-func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
-	if preinstalled {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			p.log.Infof("no config file at %s; waiting for the config from the runtime", path)
-			return nil
-		}
-	}
-	cfg, err := p.loadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := p.applyConfig(cfg); err != nil {
-		return err
-	}
-	p.log.Infof("config %s: %d default(s), %d rule(s)", path, len(cfg.Sysctls), len(cfg.Rules))
-	return nil
+// podLog carries the pod's identity on every line about it.
+func (p *plugin) podLog(pod *api.PodSandbox) *logrus.Entry {
+	return p.log.WithFields(logrus.Fields{"pod": pod.GetName(), "namespace": pod.GetNamespace()})
 }
 
 // Configure takes the config text containerd passes to a pre-installed
-// plugin, and picks how sysctls reach pods on this runtime.
+// plugin, and picks how sysctls reach pods on this runtime. A mode that
+// would crash the runtime fails the registration.
 func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion string) (api.EventMask, error) {
+	rt := runtimemode.Runtime{Name: runtimeName, Version: runtimeVersion}
+	if p.stub != nil {
+		rt.NRIVersion = reportedNRIVersion(p.stub.RuntimeNRIVersion(), runtimeName, runtimeVersion)
+	}
+	p.runtime.Store(&rt)
 	if strings.TrimSpace(text) != "" {
 		cfg, err := config.Parse("NRI plugin config", []byte(text), p.check)
+		if err == nil {
+			err = p.applyConfig(cfg)
+		}
 		if err != nil {
-			p.log.Errorf("rejecting config from the runtime: %v", err)
+			p.log.WithError(err).Error("rejecting config from the runtime")
 			return 0, err
 		}
-		if err := p.applyConfig(cfg); err != nil {
-			p.log.Errorf("rejecting config from the runtime: %v", err)
-			return 0, err
-		}
-		p.log.Infof("config from the runtime: %d default(s), %d rule(s)", len(cfg.Sysctls), len(cfg.Rules))
+		p.log.WithFields(logrus.Fields{"defaults": len(cfg.Sysctls), "rules": len(cfg.Rules)}).Info("config from the runtime")
+	} else if err := p.setMode(p.current.Load().cfg); err != nil {
+		p.log.WithError(err).Error("refusing to register")
+		return 0, err
 	}
-	mode, why := p.chooseMode(runtimeName, runtimeVersion)
-	p.applyMode.Store(mode)
-	p.log.Infof("runtime %s %s: mode %s (%s)", runtimeName, runtimeVersion, mode, why)
-
 	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "RemovePodSandbox"), nil
 }
 
+// reportedNRIVersion keeps the NRI version only when the runtime reported
+// it: the stub fills in a guess from its own table otherwise, and that
+// table stops at containerd 2.2.1 (it calls 2.3 and later v0.11.0).
+func reportedNRIVersion(stubVersion, runtimeName, runtimeVersion string) string {
+	switch stubVersion {
+	case "", api.UnknownVersion, api.DevelVersion:
+		return ""
+	}
+	if inferred, err := api.InferVersionFromRuntime(runtimeName, runtimeVersion); err == nil && inferred == stubVersion {
+		return ""
+	}
+	return stubVersion
+}
+
 // chooseMode: the --mode flag, then the config's mode, then the runtime.
-func (p *plugin) chooseMode(runtimeName, runtimeVersion string) (runtimemode.Mode, string) {
-	if p.modeOverride != "" && p.modeOverride != config.ModeAuto {
-		return runtimemode.Mode(p.modeOverride), "set by --mode"
+// A forced spec mode that would crash the runtime is refused.
+func (p *plugin) chooseMode(cfg *config.Config, rt runtimemode.Runtime) (runtimemode.Mode, string, error) {
+	mode, why := p.modeOverride, "set by --mode"
+	if mode == runtimemode.Auto || mode == "" {
+		mode, why = runtimemode.Mode(cfg.Mode), "set by the config's mode"
 	}
-	if m := p.current.Load().cfg.Mode; m != "" && m != config.ModeAuto {
-		return runtimemode.Mode(m), "set by the config's mode"
+	if mode == runtimemode.Auto || mode == "" {
+		mode, why = runtimemode.Decide(rt)
+		return mode, why, nil
 	}
-	return runtimemode.Decide(runtimeName, runtimeVersion)
+	return mode, why, runtimemode.RefuseForced(mode, rt)
+}
+
+// setMode puts in force the mode cfg and the runtime call for. Before
+// Configure the runtime is unknown and nothing changes.
+func (p *plugin) setMode(cfg *config.Config) error {
+	rt := p.runtime.Load()
+	if rt == nil {
+		return nil
+	}
+	mode, why, err := p.chooseMode(cfg, *rt)
+	if err != nil {
+		return err
+	}
+	if old := p.mode(); old != mode || !p.modeLogged.Swap(true) {
+		p.log.WithFields(logrus.Fields{"runtime": rt.String(), "mode": mode, "reason": why}).Info("mode chosen")
+	}
+	p.applyMode.Store(mode)
+	return nil
 }
 
 // RunPodSandbox writes the pod's sysctls into its namespaces in namespace
-// mode, before any app container exists.
+// mode, before any app container exists. In spec mode it starts looking
+// the pod up, while the runtime finishes starting it.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	cur := p.configFor(pod)
-	if p.mode() != runtimemode.Namespace {
-		// The first container will need the pod's own sysctls: look
-		// them up now, while the runtime finishes starting the pod.
-		if !cur.policy.Empty() && cur.policy.Excluded(podInfo(pod)) == "" {
-			p.pods.Prefetch(ctx, pod.GetId())
+	rec := p.record(pod, "RunPodSandbox")
+	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(podInfo(pod)) != "" {
+		return nil
+	}
+	if rec.mode != runtimemode.Namespace {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), prefetchTimeout)
+			defer cancel()
+			_, _ = p.ownSysctls(ctx, rec, pod)
+		}()
+		return nil
+	}
+	ctx, cancel := p.withinDeadline(ctx)
+	defer cancel()
+	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
+	if !ok {
+		return nil
+	}
+	return p.writeIntoPod(ctx, rec, pod, d, own, "RunPodSandbox")
+}
+
+// writeIntoPod writes what the pod's namespaces still lack: all of it at
+// RunPodSandbox, or at a container's creation whatever an earlier attempt
+// missed (the plugin was down, or a write failed with onError: warn).
+func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodSandbox, d policy.Decision, own podsysctl.PodSysctls, event string) error {
+	log := p.podLog(pod).WithField("event", event)
+	written, _, _ := rec.namespaceOutcome()
+	var pending []sysctl.Sysctl
+	for _, s := range d.Apply {
+		if !hasKey(written, s.Key()) {
+			pending = append(pending, s)
+		}
+	}
+	var errs []nswrite.WriteError
+	switch {
+	case len(pending) == 0:
+	case ctx.Err() != nil:
+		// Nothing is written once the runtime may have moved on.
+		for _, s := range pending {
+			errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx))})
+		}
+	default:
+		values, valueErrs := hostSideValues(pending, own.GIDMappings, pod)
+		errs = append(valueErrs, p.writeNamespaces(namespaceTarget(pod), values)...)
+	}
+	rec.recordWrite(event, pending, errs)
+	if len(errs) == 0 {
+		if len(pending) > 0 {
+			log.WithField("sysctls", formatApplied(pending)).Debug("wrote into the pod's namespaces")
 		}
 		return nil
 	}
-	d, ok := p.decide(ctx, cur, pod, nil)
-	if !ok || len(d.Apply) == 0 {
-		return nil
-	}
-	errs := p.writeNamespaces(namespaceTarget(pod), p.hostSideValues(ctx, pod, d.Apply))
-	if len(errs) == 0 {
-		p.log.Debugf("pod %s: wrote %s into its namespaces", podName(pod), formatApplied(d.Apply))
-		return nil
+	for _, e := range errs {
+		log.WithFields(logrus.Fields{"key": e.Key, "reason": e.Err.Error()}).Warn("cannot set sysctl in the pod's namespaces")
 	}
 	err := fmt.Errorf("nri-sysctl: pod %s: cannot set %d sysctl(s) in its namespaces: %w", podName(pod), len(errs), joinWriteErrors(errs))
-	if cur.cfg.OnError == config.OnErrorWarn {
-		p.log.Warnf("%v (onError: warn, pod starts anyway)", err)
+	if rec.cfg.cfg.OnError == config.OnErrorWarn {
+		log.WithError(err).Warn("onError: warn, the pod goes on; the keys are tried again at its next container")
 		return nil
 	}
-	p.log.Error(err)
+	log.WithError(err).Error("failing the request")
 	return err
 }
 
 // hostSideValues rewrites values that name IDs into the host's IDs: in
 // namespace mode the plugin writes from the host's user namespace, and the
 // kernel reads ping_group_range's GIDs in the writer's namespace.
-func (p *plugin) hostSideValues(ctx context.Context, pod *api.PodSandbox, list []sysctl.Sysctl) []sysctl.Sysctl {
+func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodSandbox) ([]sysctl.Sysctl, []nswrite.WriteError) {
 	if !podInfo(pod).Own.User {
-		return list
+		return list, nil
 	}
-	own, _ := p.pods.Get(ctx, pod.GetId())
 	out := make([]sysctl.Sysctl, 0, len(list))
+	var errs []nswrite.WriteError
 	for _, s := range list {
 		if s.Key() == "net.ipv4.ping_group_range" {
-			host, err := policy.HostPingGroupRange(s.Value(), own.GIDMappings)
+			host, err := policy.HostPingGroupRange(s.Value(), gids)
 			if err != nil {
-				p.log.Warnf("pod %s: leaving %s out: %v", podName(pod), s.Key(), err)
+				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: err})
 				continue
 			}
 			s = sysctl.New(s.Key(), host)
 		}
 		out = append(out, s)
 	}
-	return out
+	return out, errs
 }
 
-// CreateContainer sets the sysctls on the container's spec in spec mode. In
-// both modes it annotates what the pod got.
+// CreateContainer sets the sysctls on the container's spec in spec mode;
+// in namespace mode it writes what the pod's namespaces still lack. In
+// both modes it annotates what the container really got.
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	cur := p.configFor(pod)
-	if cur.policy.Empty() {
+	rec := p.record(pod, "CreateContainer")
+	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
 	}
-	specMode := p.mode() == runtimemode.Spec
-	var existing map[string]string
-	if specMode {
-		existing = ctr.GetLinux().GetSysctl()
+	log := p.podLog(pod).WithField("container", ctr.GetName())
+	if why := rec.cfg.policy.Excluded(podInfo(pod)); why != "" {
+		if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+			log.WithFields(logrus.Fields{"outcome": outcomeExcluded, "reason": why}).Debug("decision")
+		}
+		return nil, nil, nil
 	}
-	d, ok := p.decide(ctx, cur, pod, existing)
+	ctx, cancel := p.withinDeadline(ctx)
+	defer cancel()
+	if rec.mode == runtimemode.Namespace {
+		return p.createInNamespaceMode(ctx, rec, pod, log)
+	}
+	d, _, ok := p.decideForPod(ctx, rec, pod, ctr.GetLinux().GetSysctl())
 	if !ok {
-		return nil, nil, nil
-	}
-	p.logDecision(pod, ctr, d)
-	if d.Excluded != "" || (len(d.Apply) == 0 && len(d.Skipped) == 0) {
-		return nil, nil, nil
+		return outcomeOnly(outcomeLookupFailed), nil, nil
 	}
 	adj := &api.ContainerAdjustment{}
-	if specMode {
-		for _, s := range d.Apply {
-			adj.SetLinuxSysctl(s.Key(), s.Value())
-		}
+	for _, s := range d.Apply {
+		adj.SetLinuxSysctl(s.Key(), s.Value())
 	}
-	if len(d.Apply) > 0 {
-		adj.AddAnnotation(annotationInjected, formatApplied(d.Apply))
-	}
-	if len(d.Skipped) > 0 {
-		adj.AddAnnotation(annotationSkipped, formatSkipped(d.Skipped))
-	}
+	annotate(adj, d.Apply, formatSkipped(d.Skipped), appliedOrNothing(d.Apply))
+	logDecision(log, d.Apply, formatSkipped(d.Skipped))
 	return adj, nil, nil
 }
 
-// reloadOnSIGHUP re-reads the config file on SIGHUP. A bad file is
-// rejected whole and the config in force stays.
-func (p *plugin) reloadOnSIGHUP(ctx context.Context, path string) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			p.reload(path)
+// createInNamespaceMode heals a pod whose namespaces still lack their
+// sysctls, then annotates the container with what the pod really holds.
+func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, log *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
+	if !ok {
+		return outcomeOnly(outcomeLookupFailed), nil, nil
+	}
+	if rec.needsWrite() {
+		if err := p.writeIntoPod(ctx, rec, pod, d, own, "CreateContainer"); err != nil {
+			return nil, nil, err
 		}
 	}
-}
-
-// loadFile checks who could have written the file, then loads it.
-func (p *plugin) loadFile(path string) (*config.Config, error) {
-	if !p.allowInsecureConfig {
-		if err := config.CheckFileSecurity(path); err != nil {
-			return nil, err
-		}
+	written, errs, state := rec.namespaceOutcome()
+	skipped := formatSkipped(d.Skipped)
+	for _, e := range errs {
+		skipped = joinNonEmpty(skipped, e.Key+" (write failed: "+e.Err.Error()+")")
 	}
-	return config.Load(path, p.check)
+	outcome := appliedOrNothing(written)
+	if state == writeFailed {
+		outcome = outcomeWriteFailed
+	}
+	adj := &api.ContainerAdjustment{}
+	annotate(adj, written, skipped, outcome)
+	logDecision(log, written, skipped)
+	return adj, nil, nil
 }
 
-func (p *plugin) reload(path string) {
-	cfg, err := p.loadFile(path)
-	if err != nil {
-		p.log.Errorf("reload rejected, keeping the config in force: %v", err)
+func appliedOrNothing(applied []sysctl.Sysctl) string {
+	if len(applied) > 0 {
+		return outcomeApplied
+	}
+	return outcomeNothingToApply
+}
+
+func outcomeOnly(outcome string) *api.ContainerAdjustment {
+	adj := &api.ContainerAdjustment{}
+	adj.AddAnnotation(annotationOutcome, outcome)
+	return adj
+}
+
+func annotate(adj *api.ContainerAdjustment, applied []sysctl.Sysctl, skipped, outcome string) {
+	if len(applied) > 0 {
+		adj.AddAnnotation(annotationInjected, formatApplied(applied))
+	}
+	if skipped != "" {
+		adj.AddAnnotation(annotationSkipped, skipped)
+	}
+	adj.AddAnnotation(annotationOutcome, outcome)
+}
+
+func logDecision(log *logrus.Entry, applied []sysctl.Sysctl, skipped string) {
+	if !log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		return
 	}
-	if err := p.applyConfig(cfg); err != nil {
-		p.log.Errorf("reload rejected, keeping the config in force: %v", err)
-		return
-	}
-	p.log.Infof("reloaded %s: %d default(s), %d rule(s)", path, len(cfg.Sysctls), len(cfg.Rules))
+	log.WithFields(logrus.Fields{"applied": formatApplied(applied), "skipped": skipped, "outcome": appliedOrNothing(applied)}).Debug("decision")
 }
 
-// Synchronize reports running containers that lack the plugin's
-// annotation: they were created while the plugin was away (fail-open).
-// It also forgets pods removed while the plugin was away: their
-// RemovePodSandbox never reached it. The runtime sends no event to a
-// plugin until its Synchronize has returned, so pods not in the list have
-// no event in flight.
+func joinNonEmpty(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// withinDeadline bounds the work for one request by the runtime's deadline
+// less a margin, so that the answer (and any write) never comes after the
+// runtime gave up on the plugin.
+func (p *plugin) withinDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := api.DefaultPluginRequestTimeout
+	if p.stub != nil && p.stub.RequestTimeout() > 0 {
+		timeout = p.stub.RequestTimeout()
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(timeout)
+	}
+	margin := min(max(timeout/10, 50*time.Millisecond), 500*time.Millisecond)
+	return context.WithDeadline(ctx, deadline.Add(-margin))
+}
+
+// Synchronize counts running containers that lack the defaults: created
+// while the plugin was away (fail-open). It also forgets pods removed while
+// the plugin was away: their RemovePodSandbox never reached it. The runtime
+// sends no event to a plugin until its Synchronize has returned, so pods
+// not in the list have no event in flight.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	defer p.synchronizedOnce.Do(func() { close(p.synchronized) })
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
 	}
-	p.forgetPodsNotIn(byID)
-	cur := p.current.Load()
-	if cur.policy.Empty() {
-		return nil, nil
-	}
-	missing := 0
-	for _, c := range ctrs {
-		pod := byID[c.GetPodSandboxId()]
-		if pod == nil || c.GetState() != api.ContainerState_CONTAINER_RUNNING || cur.policy.Excluded(podInfo(pod)) != "" {
-			continue
+	p.records.retain(func(id string) bool { return byID[id] != nil })
+	missing := lackingDefaults(p.current.Load().policy, byID, ctrs)
+	p.lacking.Store(int64(len(missing)))
+	if len(missing) > 0 {
+		p.log.WithField("containers", len(missing)).Warn("running containers lack the node's sysctl defaults: they were created while the plugin was not registered; they get them when their pod creates its next container")
+		for _, c := range missing {
+			pod := byID[c.GetPodSandboxId()]
+			p.podLog(pod).WithField("container", c.GetName()).Info("lacks the node's sysctl defaults")
 		}
-		// Every decision for a non-excluded pod leaves one of the two.
-		_, injected := c.GetAnnotations()[annotationInjected]
-		_, skipped := c.GetAnnotations()[annotationSkipped]
-		if !injected && !skipped {
-			missing++
-		}
-	}
-	if missing > 0 {
-		p.log.Warnf("%d running container(s) lack the node's sysctl defaults: they were created while the plugin was not registered", missing)
 	}
 	return nil, nil
 }
 
-// RemovePodSandbox drops the pod's cached sysctls and pinned config.
+// lackingDefaults lists running containers the plugin never decided for
+// (no outcome annotation, nor the older injected/skipped ones) in pods that
+// are not excluded and would get something.
+func lackingDefaults(pol *policy.Policy, pods map[string]*api.PodSandbox, ctrs []*api.Container) []*api.Container {
+	if pol.Empty() {
+		return nil
+	}
+	var out []*api.Container
+	for _, c := range ctrs {
+		pod := pods[c.GetPodSandboxId()]
+		if pod == nil || c.GetState() != api.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		ann := c.GetAnnotations()
+		if _, ok := ann[annotationOutcome]; ok {
+			continue
+		}
+		if _, ok := ann[annotationInjected]; ok {
+			continue
+		}
+		if _, ok := ann[annotationSkipped]; ok {
+			continue
+		}
+		// Without the pod's own sysctls (not looked up here) this is an
+		// upper bound: a pod that sets every key itself lacks nothing.
+		if d := pol.Decide(policy.Input{Pod: podInfo(pod)}); d.Excluded == "" && len(d.Apply) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// RemovePodSandbox drops the pod's record.
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.pods.Forget(pod.GetId())
-	p.pinMu.Lock()
-	delete(p.pinned, pod.GetId())
-	pinned := len(p.pinned)
-	p.pinMu.Unlock()
+	p.records.forget(pod.GetId())
 	// What the plugin keeps per pod, for the churn benchmark (make
-	// bench-churn): both must drop to 0 once every pod is removed.
-	p.log.Debugf("pod cache: %d pod(s), %d pinned config(s)", p.pods.Len(), pinned)
+	// bench-churn): it must drop to 0 once every pod is removed.
+	if p.log.IsLevelEnabled(logrus.DebugLevel) {
+		p.log.WithField("pods", p.records.len()).Debug("pod records")
+	}
 	return nil
 }
 
-// forgetPodsNotIn drops what is kept for pods that no longer exist.
-func (p *plugin) forgetPodsNotIn(live map[string]*api.PodSandbox) {
-	keep := func(id string) bool { return live[id] != nil }
-	p.pods.Retain(keep)
-	p.pinMu.Lock()
-	for id := range p.pinned {
-		if !keep(id) {
-			delete(p.pinned, id)
-		}
-	}
-	p.pinMu.Unlock()
-}
-
-// decide gathers the inputs for one pod and runs the pure decision. ok is
-// false when nothing may be set because the pod's own sysctls are unknown.
-func (p *plugin) decide(ctx context.Context, cur *loaded, pod *api.PodSandbox, existing map[string]string) (policy.Decision, bool) {
-	in := policy.Input{Pod: podInfo(pod), Existing: existing}
-	if why := cur.policy.Excluded(in.Pod); why != "" {
-		return policy.Decision{Excluded: why}, true
-	}
-	own, fresh := p.pods.Get(ctx, pod.GetId())
-	if !own.Known() {
+// ownSysctls looks the pod's own sysctls up once per pod (again after a
+// failure), reporting the first failure and any odd source.
+func (p *plugin) ownSysctls(ctx context.Context, rec *podRecord, pod *api.PodSandbox) (podsysctl.PodSysctls, bool) {
+	own, fresh, err := rec.ownSysctls(ctx, rec.cfg.lookup.Fetch)
+	log := p.podLog(pod)
+	if err != nil {
 		if fresh {
-			p.log.Warnf("pod %s: cannot read its own sysctls, so setting none (never override a pod's value): %v", podName(pod), own.Err)
+			log.WithError(err).Warn("cannot read the pod's own sysctls, so setting none (never override a pod's value); trying again at its next container")
+		} else {
+			log.WithError(err).Debug("pod lookup failed again")
 		}
-		return policy.Decision{}, false
+		return own, false
 	}
 	if fresh && own.Source != podsysctl.SourceSandboxConfig {
-		p.log.Warnf("pod %s: read its sysctls from the %s; runtime-added keys count as the pod's own", podName(pod), own.Source)
+		log.WithField("source", own.Source).Warn("read the pod's sysctls from a source with the runtime's own keys; they count as the pod's own")
 	}
-	in.PodOwn = own.Own
-	in.GIDMappings = own.GIDMappings
-	return cur.policy.Decide(in), true
+	return own, true
 }
 
-func (p *plugin) logDecision(pod *api.PodSandbox, ctr *api.Container, d policy.Decision) {
-	if !p.log.IsLevelEnabled(logrus.DebugLevel) {
-		return
+// decideForPod gathers the inputs for one pod and runs the pure decision.
+// ok is false when nothing may be set because the pod's own sysctls are
+// unknown.
+func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodSandbox, existing map[string]string) (policy.Decision, podsysctl.PodSysctls, bool) {
+	own, ok := p.ownSysctls(ctx, rec, pod)
+	if !ok {
+		return policy.Decision{}, own, false
 	}
-	if d.Excluded != "" {
-		p.log.Debugf("container %s/%s: pod excluded by %s", podName(pod), ctr.GetName(), d.Excluded)
-		return
+	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings}
+	return rec.cfg.policy.Decide(in), own, true
+}
+
+// normalizedKeys puts keys another plugin set in slash form into dot form,
+// so that the decision recognises them.
+func normalizedKeys(in map[string]string) map[string]string {
+	for k := range in {
+		if sysctl.Normalize(k) != k {
+			out := make(map[string]string, len(in))
+			for k, v := range in {
+				out[sysctl.Normalize(k)] = v
+			}
+			return out
+		}
 	}
-	p.log.Debugf("container %s/%s: apply [%s] skip [%s]", podName(pod), ctr.GetName(), formatApplied(d.Apply), formatSkipped(d.Skipped))
+	return in
 }
 
 func podName(pod *api.PodSandbox) string {

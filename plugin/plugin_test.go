@@ -49,7 +49,7 @@ func newTestPlugin(t *testing.T, cfgText string, f *fakeFetcher) *plugin {
 	if _, err := p.Configure(context.Background(), cfgText, "containerd", "2.4.2"); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
-	p.pods = podsysctl.NewCache(f)
+	p.useFetcher(f)
 	return p
 }
 
@@ -159,18 +159,44 @@ func TestCreateContainerExcludedPodIsNotLookedUp(t *testing.T) {
 	}
 }
 
-func TestCreateContainerUnknownPodSysctlsSetsNothing(t *testing.T) {
-	f := &fakeFetcher{err: errors.New("dial unix /run/containerd/containerd.sock: connection refused")}
-	p := newTestPlugin(t, testConfig, f)
-	pod := testPod("y", "network", "ipc")
-	for i := 0; i < 3; i++ {
-		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
-		if err != nil || adj != nil {
-			t.Fatalf("unknown pod sysctls must not fail or set anything: adj=%v err=%v", adj, err)
-		}
-	}
-	if n := f.calls.Load(); n != 1 {
-		t.Fatalf("looked up %d times, want once per pod", n)
+// A pod whose own sysctls cannot be read gets nothing (never clobber its
+// values); the lookup is tried again at its next container, and once it
+// works the pod gets its defaults.
+func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing.T) {
+	for _, mode := range []string{"spec", "namespace"} {
+		t.Run(mode, func(t *testing.T) {
+			f := &fakeFetcher{err: errors.New("dial unix /run/containerd/containerd.sock: connection refused")}
+			p := newTestPlugin(t, testConfig+"mode: "+mode+"\n", f)
+			var wrote []string
+			p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+				wrote = append(wrote, formatApplied(list))
+				return nil
+			}
+			pod := testPod("y", "network", "ipc")
+			for i := 0; i < 3; i++ {
+				adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+				if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" {
+					t.Fatalf("unknown pod sysctls must not fail or set anything: adj=%v err=%v", adj, err)
+				}
+				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed {
+					t.Fatalf("outcome annotation %q, want %q", got, outcomeLookupFailed)
+				}
+			}
+			if n := f.calls.Load(); n != 3 {
+				t.Fatalf("looked up %d times, want once per container while it fails", n)
+			}
+			if len(wrote) != 0 {
+				t.Fatalf("wrote %v into a pod whose own sysctls are unknown", wrote)
+			}
+			f.err = nil
+			adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+			if err != nil || annotation(adj, annotationInjected) != "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600" {
+				t.Fatalf("after the lookup worked: adj=%v err=%v", adj, err)
+			}
+			if mode == "namespace" && len(wrote) != 1 {
+				t.Fatalf("namespace writes %v, want one", wrote)
+			}
+		})
 	}
 }
 
@@ -180,14 +206,14 @@ func TestRemovePodSandboxDropsCache(t *testing.T) {
 	if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
-	if p.pods.Len() != 1 {
-		t.Fatalf("cache has %d pods, want 1", p.pods.Len())
+	if p.records.len() != 1 {
+		t.Fatalf("cache has %d pods, want 1", p.records.len())
 	}
 	if err := p.RemovePodSandbox(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	if p.pods.Len() != 0 {
-		t.Fatalf("cache has %d pods after RemovePodSandbox, want 0", p.pods.Len())
+	if p.records.len() != 0 {
+		t.Fatalf("cache has %d pods after RemovePodSandbox, want 0", p.records.len())
 	}
 }
 
@@ -206,7 +232,7 @@ func TestConfigureChoosesMode(t *testing.T) {
 	for _, tc := range tests {
 		log := logrus.New()
 		log.SetOutput(io.Discard)
-		p := newPlugin(log, nil, tc.override)
+		p := newPlugin(log, nil, runtimemode.Mode(tc.override))
 		text := "sysctls: {net.ipv4.tcp_keepalive_time: 600}\n"
 		if tc.cfgMode != "" {
 			text += "mode: " + tc.cfgMode + "\n"
@@ -341,7 +367,7 @@ func TestSynchronizeCountsContainersWithoutDefaults(t *testing.T) {
 	if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "2 running container(s) lack the node's sysctl defaults") {
+	if !strings.Contains(buf.String(), "running containers lack the node's sysctl defaults") || !strings.Contains(buf.String(), "containers=2") {
 		t.Fatalf("log = %q", buf.String())
 	}
 }

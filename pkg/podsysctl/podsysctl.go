@@ -1,14 +1,13 @@
 // Package podsysctl finds a pod's own sysctls (securityContext.sysctls).
 // NRI does not show them: containerd writes them only into the pod
-// sandbox's spec, so they are looked up from containerd and cached per pod.
+// sandbox's spec, so they are looked up from containerd (the plugin keeps
+// the result in its per-pod record).
 package podsysctl
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -47,92 +46,6 @@ func (p PodSysctls) Known() bool { return p.Source != SourceUnknown }
 // Fetcher reads a pod's sysctls from the runtime.
 type Fetcher interface {
 	Fetch(ctx context.Context, podID string) (PodSysctls, error)
-}
-
-// Cache looks each pod up once, however many containers it has, and even
-// when they are created at the same time.
-type Cache struct {
-	fetcher Fetcher
-	mu      sync.Mutex
-	pods    map[string]*cacheEntry
-}
-
-type cacheEntry struct {
-	once   sync.Once
-	result PodSysctls
-	// observed is set by the first Get, which reports the result.
-	observed atomic.Bool
-}
-
-// NewCache wraps a fetcher.
-func NewCache(f Fetcher) *Cache {
-	return &Cache{fetcher: f, pods: map[string]*cacheEntry{}}
-}
-
-// Get returns the pod's sysctls, fetching them on first use. A failed lookup
-// is cached too, so that every container of the pod gets the same decision
-// and the failure is reported once per pod. fresh is true for the first Get
-// of the pod, which should report anything odd about the result.
-func (c *Cache) Get(ctx context.Context, podID string) (result PodSysctls, fresh bool) {
-	e := c.entry(podID)
-	e.once.Do(func() { c.fetch(ctx, podID, e) })
-	return e.result, !e.observed.Swap(true)
-}
-
-// Prefetch starts the lookup in the background, so that it overlaps the
-// rest of the pod's start-up instead of delaying its first container. The
-// entry is made before Prefetch returns, so a RemovePodSandbox after it
-// always drops it.
-func (c *Cache) Prefetch(ctx context.Context, podID string) {
-	e := c.entry(podID)
-	go e.once.Do(func() { c.fetch(ctx, podID, e) })
-}
-
-func (c *Cache) entry(podID string) *cacheEntry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.pods[podID]
-	if !ok {
-		e = &cacheEntry{}
-		c.pods[podID] = e
-	}
-	return e
-}
-
-func (c *Cache) fetch(ctx context.Context, podID string, e *cacheEntry) {
-	// The result is kept for the pod's life: a cancelled request must not
-	// leave it "unknown" for every later container.
-	r, err := c.fetcher.Fetch(context.WithoutCancel(ctx), podID)
-	if err != nil {
-		r = PodSysctls{Source: SourceUnknown, Err: err}
-	}
-	e.result = r
-}
-
-// Forget drops a pod, on RemovePodSandbox.
-func (c *Cache) Forget(podID string) {
-	c.mu.Lock()
-	delete(c.pods, podID)
-	c.mu.Unlock()
-}
-
-// Retain drops every pod for which keep returns false: pods removed while
-// the plugin was not connected, whose RemovePodSandbox it never saw.
-func (c *Cache) Retain(keep func(podID string) bool) {
-	c.mu.Lock()
-	for id := range c.pods {
-		if !keep(id) {
-			delete(c.pods, id)
-		}
-	}
-	c.mu.Unlock()
-}
-
-// Len is the number of cached pods.
-func (c *Cache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pods)
 }
 
 // criMetadata is the part of containerd's CRI sandbox metadata we read. It is

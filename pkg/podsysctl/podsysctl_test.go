@@ -1,13 +1,8 @@
 package podsysctl
 
 import (
-	"context"
-	"errors"
 	"reflect"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // Shapes of containerd's stored CRI metadata, trimmed to what matters.
@@ -54,73 +49,6 @@ func TestSysctlsFromSpec(t *testing.T) {
 	}
 }
 
-type countingFetcher struct {
-	calls  atomic.Int32
-	result PodSysctls
-	err    error
-}
-
-func (f *countingFetcher) Fetch(context.Context, string) (PodSysctls, error) {
-	f.calls.Add(1)
-	return f.result, f.err
-}
-
-func TestCacheFetchesOncePerPodEvenConcurrently(t *testing.T) {
-	f := &countingFetcher{result: PodSysctls{Own: map[string]string{"a": "1"}, Source: SourceSandboxConfig}}
-	c := NewCache(f)
-	var wg sync.WaitGroup
-	var freshCount atomic.Int32
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, fresh := c.Get(context.Background(), "pod1")
-			if fresh {
-				freshCount.Add(1)
-			}
-			if got.Own["a"] != "1" {
-				t.Errorf("got %v", got)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := f.calls.Load(); n != 1 {
-		t.Fatalf("fetched %d times, want 1", n)
-	}
-	if n := freshCount.Load(); n != 1 {
-		t.Fatalf("%d callers saw fresh=true, want 1", n)
-	}
-	c.Get(context.Background(), "pod2")
-	if c.Len() != 2 {
-		t.Fatalf("Len = %d, want 2", c.Len())
-	}
-	c.Forget("pod1")
-	c.Forget("pod2")
-	if c.Len() != 0 {
-		t.Fatalf("Len after Forget = %d, want 0", c.Len())
-	}
-	c.Get(context.Background(), "pod1")
-	if n := f.calls.Load(); n != 3 {
-		t.Fatalf("after Forget a pod is fetched again: calls = %d, want 3", n)
-	}
-}
-
-func TestCacheKeepsFailureAsUnknown(t *testing.T) {
-	f := &countingFetcher{err: errors.New("connection refused")}
-	c := NewCache(f)
-	got, fresh := c.Get(context.Background(), "pod1")
-	if got.Known() || !fresh || got.Err == nil {
-		t.Fatalf("failed lookup: got %+v fresh=%v", got, fresh)
-	}
-	got, fresh = c.Get(context.Background(), "pod1")
-	if got.Known() || fresh {
-		t.Fatalf("second call must reuse the cached failure: %+v fresh=%v", got, fresh)
-	}
-	if n := f.calls.Load(); n != 1 {
-		t.Fatalf("fetched %d times, want 1", n)
-	}
-}
-
 func TestGIDMappingsFromSpec(t *testing.T) {
 	_, got, _ := readSpec([]byte(`{"linux":{"gidMappings":[{"containerID":0,"hostID":100000,"size":65536}]}}`))
 	if len(got) != 1 || got[0].ContainerID != 0 || got[0].HostID != 100000 || got[0].Size != 65536 {
@@ -142,29 +70,5 @@ func TestGIDMappingsFromCRIMetadata(t *testing.T) {
 	}
 	if _, gids, _ := sysctlsFromCRIMetadata([]byte(metadataWithSysctls)); gids != nil {
 		t.Fatalf("pod without user namespace: gids %+v", gids)
-	}
-}
-
-func TestPrefetch(t *testing.T) {
-	f := &countingFetcher{result: PodSysctls{Own: map[string]string{"a": "1"}, Source: SourceSandboxConfig}}
-	c := NewCache(f)
-	c.Prefetch(context.Background(), "pod1")
-	got, fresh := c.Get(context.Background(), "pod1")
-	if got.Own["a"] != "1" || !fresh {
-		t.Fatalf("Get after Prefetch: %+v fresh=%v (the first Get reports, even when it did not fetch)", got, fresh)
-	}
-	if _, fresh := c.Get(context.Background(), "pod1"); fresh {
-		t.Fatal("second Get also fresh")
-	}
-	if n := f.calls.Load(); n != 1 {
-		t.Fatalf("fetched %d times, want 1", n)
-	}
-	// A pod removed while its prefetch is still running stays removed.
-	c.Prefetch(context.Background(), "pod2")
-	c.Forget("pod2")
-	c.Forget("pod1")
-	time.Sleep(10 * time.Millisecond)
-	if c.Len() != 0 {
-		t.Fatalf("Len = %d after Forget, want 0", c.Len())
 	}
 }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+)
+
+// applyConfig puts a validated config in force whole, or nothing of it:
+// the mode it calls for must be one the runtime can take, and its
+// containerd must be reachable by a lookup, before the config, its policy
+// and its lookup are swapped in as one.
+func (p *plugin) applyConfig(cfg *config.Config) error {
+	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
+		refused, err := sysctl.ProbeUserNamespace(keys)
+		if err != nil {
+			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
+		} else if len(refused) > 0 {
+			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(slices.Sorted(maps.Keys(refused)), ", "))
+		}
+		cfg.RefusedInUserNamespace = refused
+	}
+	lookup, err := p.connect(cfg)
+	if err != nil {
+		return err
+	}
+	if err := p.setMode(cfg); err != nil {
+		return err
+	}
+	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: lookup})
+	return nil
+}
+
+// loadInitialConfig reads the config file. A pre-installed plugin may get
+// its config from containerd in Configure instead, so a missing file is
+// only an error for a plugin started by hand or by systemd.
+func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
+	if preinstalled {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			p.log.WithField("file", path).Info("no config file; waiting for the config from the runtime")
+			return nil
+		}
+	}
+	cfg, err := p.loadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := p.applyConfig(cfg); err != nil {
+		return err
+	}
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "rules": len(cfg.Rules)}).Info("config loaded")
+	return nil
+}
+
+// watchReloads re-reads the config file on SIGHUP. The channel is
+// registered before the plugin registers with the runtime, so an early
+// SIGHUP is kept for later instead of killing the process.
+func (p *plugin) watchReloads(ctx context.Context, path string, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			p.reload(path)
+		}
+	}
+}
+
+// notifyOnSIGHUP starts catching SIGHUP at once, before anything slow.
+func notifyOnSIGHUP() (<-chan os.Signal, func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return hup, func() { signal.Stop(hup) }
+}
+
+// loadFile loads the config file, refusing one that anyone but root could
+// have written unless told otherwise.
+func (p *plugin) loadFile(path string) (*config.Config, error) {
+	if !p.allowInsecureConfig {
+		if err := config.CheckFileSecurity(path); err != nil {
+			return nil, err
+		}
+	}
+	return config.Load(path, p.check)
+}
+
+// reload re-reads the config file; a bad file, or one whose mode the
+// runtime cannot take, is rejected whole and the config in force stays.
+func (p *plugin) reload(path string) {
+	cfg, err := p.loadFile(path)
+	if err == nil {
+		err = p.applyConfig(cfg)
+	}
+	if err != nil {
+		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
+		return
+	}
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "rules": len(cfg.Rules), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
+}
