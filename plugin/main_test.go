@@ -5,16 +5,46 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
+// writeFile writes a config where the plugin trusts it, when the test runs
+// as root: in a directory that, like every one above it, is root's and not
+// writable by group or others. t.TempDir will not do: /tmp is mode 1777.
 func writeFile(t *testing.T, text string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "config.yaml")
+	path := filepath.Join(configDir(t), "config.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+func configDir(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return t.TempDir()
+	}
+	for _, base := range []string{"/run", "/var/lib"} {
+		if !rootOnly("/") || !rootOnly(base) {
+			continue
+		}
+		dir, err := os.MkdirTemp(base, "nri-sysctl-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	t.Fatal("found no root-owned directory that is not group/other-writable to test in (tried /run, /var/lib)")
+	return ""
+}
+
+func rootOnly(dir string) bool {
+	var st syscall.Stat_t
+	return syscall.Stat(dir, &st) == nil && st.Uid == 0 && st.Mode&0o022 == 0
 }
 
 // The acceptance case: four different problems, each listed with
@@ -107,5 +137,34 @@ func TestPluginRefusesInsecureConfig(t *testing.T) {
 	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "writable by group or others (mode 0666)") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+// validate refuses at once what is not a small regular file: on /dev/zero
+// it used to read forever, on a FIFO to wait forever for a writer.
+func TestValidateRefusesAllButASmallRegularFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "config.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	large := writeFile(t, "sysctls: {}\n#"+strings.Repeat("x", 2_000_000)+"\n")
+	for _, tt := range []struct{ path, want string }{
+		{"/dev/zero", "/dev/zero: cannot read config: it is a character device, not a regular file"},
+		{fifo, fifo + ": cannot read config: it is a named pipe (FIFO), not a regular file"},
+		{large, large + ": cannot read config: file is larger than the 1048576-byte (1 MiB) limit"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := make(chan int, 1)
+		go func() {
+			code <- run([]string{"validate", "--skip-kernel-check", "--config", tt.path}, &stdout, &stderr)
+		}()
+		select {
+		case c := <-code:
+			if c != 1 || !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("validate %s: exit %d, want 1 and %q; stderr:\n%s", tt.path, c, tt.want, stderr.String())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("validate %s did not return within 5 s", tt.path)
+		}
 	}
 }

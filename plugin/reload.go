@@ -86,12 +86,10 @@ func notifyOnSIGHUP() (<-chan os.Signal, func()) {
 // loadFile loads the config file, refusing one that anyone but root could
 // have written unless told otherwise.
 func (p *plugin) loadFile(path string) (*config.Config, error) {
-	if !p.allowInsecureConfig {
-		if err := config.CheckFileSecurity(path); err != nil {
-			return nil, err
-		}
+	if p.allowInsecureConfig {
+		return config.Load(path, p.check)
 	}
-	return config.Load(path, p.check)
+	return config.LoadTrusted(path, p.check)
 }
 
 // reload re-reads the config file; a bad file, or one whose mode the

@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"gopkg.in/yaml.v3"
@@ -132,59 +130,6 @@ func (ps Problems) Error() string {
 // KernelChecker reports which normalized names cannot be set in a pod on this
 // kernel. sysctl.ProbeKernel is the real one.
 type KernelChecker func(names []string) (map[string]error, error)
-
-// Load reads and validates a file. check may be nil to skip the kernel probe.
-func Load(file string, check KernelChecker) (*Config, error) {
-	data, err := readStable(file)
-	if err != nil {
-		return nil, Problems{{File: file, Reason: fmt.Sprintf("cannot read config: %v", err)}}
-	}
-	return Parse(file, data, check)
-}
-
-// readStable reads a file and makes sure it did not change meanwhile: an
-// editor or config-management tool rewriting it in place could otherwise
-// hand us half of the old text and half of the new.
-func readStable(file string) ([]byte, error) {
-	const attempts = 5
-	for i := 0; i < attempts; i++ {
-		data, stable, err := readOnce(file)
-		if err != nil || stable {
-			return data, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("file kept changing while being read (%d attempts); write it atomically (write a temporary file, then rename it)", attempts)
-}
-
-// afterReadHook lets tests change the file between the read and the check.
-var afterReadHook func()
-
-// readOnce reads the file through one descriptor and tells whether its size
-// and modification time held still meanwhile.
-func readOnce(file string) (data []byte, stable bool, err error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, false, err
-	}
-	defer f.Close()
-	before, err := f.Stat()
-	if err != nil {
-		return nil, false, err
-	}
-	if data, err = io.ReadAll(f); err != nil {
-		return nil, false, err
-	}
-	if afterReadHook != nil {
-		afterReadHook()
-	}
-	after, err := f.Stat()
-	if err != nil {
-		return nil, false, err
-	}
-	stable = before.Size() == after.Size() && before.ModTime().Equal(after.ModTime()) && int64(len(data)) == after.Size()
-	return data, stable, nil
-}
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {

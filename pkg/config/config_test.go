@@ -593,7 +593,7 @@ func TestLoadErrors(t *testing.T) {
 		file string
 		want string
 	}{
-		{dir, dir + ": cannot read config: read " + dir + ": is a directory"},
+		{dir, dir + ": cannot read config: it is a directory, not a regular file; point --config at the config file"},
 		{missing, missing + ": cannot read config: open " + missing + ": no such file or directory"},
 		{filepath.Join(missing, "x"), filepath.Join(missing, "x") + ": cannot read config: open " + filepath.Join(missing, "x") + ": no such file or directory"},
 	}

@@ -1,0 +1,295 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxFileSize is the largest config file accepted. A real config is a few
+// kilobytes; the cap keeps a wrong --config (a log, a disk image) from
+// filling memory.
+const MaxFileSize = 1 << 20
+
+// maxSymlinks is the kernel's own limit on symlinks followed in one lookup.
+const maxSymlinks = 40
+
+// openFlags never wait: O_NONBLOCK makes opening a FIFO return at once
+// instead of waiting for a writer, O_NOCTTY keeps a terminal from becoming
+// ours. The type check on the descriptor then refuses both.
+const openFlags = os.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// Load reads and validates a file. It refuses anything but a regular file
+// of at most MaxFileSize, but does not ask who could have written it:
+// `validate` is often run by image builders as another user. check may be
+// nil to skip the kernel probe.
+func Load(file string, check KernelChecker) (*Config, error) {
+	return load(file, false, check)
+}
+
+// LoadTrusted is Load for the plugin itself. Whoever can write the config
+// sets sysctls in every pod, so it also refuses the file unless only root
+// could have changed it, its directories up to / or a symlink on the way.
+func LoadTrusted(file string, check KernelChecker) (*Config, error) {
+	return load(file, true, check)
+}
+
+func load(file string, trusted bool, check KernelChecker) (*Config, error) {
+	data, err := readStable(file, trusted)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(file, data, check)
+}
+
+// readStable reads a file and makes sure it did not change meanwhile: an
+// editor or config-management tool rewriting it in place could otherwise
+// hand us half of the old text and half of the new.
+func readStable(file string, trusted bool) ([]byte, error) {
+	const attempts = 5
+	for i := 0; i < attempts; i++ {
+		data, stable, err := readOnce(file, trusted)
+		if err != nil || stable {
+			return data, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, cannotRead(file, fmt.Errorf("file kept changing while being read (%d attempts); write it atomically (write a temporary file, then rename it)", attempts))
+}
+
+// Test hooks: beforeOpenHook runs between the trust walk and the open,
+// afterReadHook between the read and the second fstat.
+var beforeOpenHook, afterReadHook func()
+
+// readOnce opens the file once and does every check on that descriptor, so
+// that what is checked is what is read. It tells whether the file's size and
+// modification time held still during the read: an atomic rename leaves the
+// descriptor on the old, whole file, but an in-place rewrite changes it.
+func readOnce(file string, trusted bool) (data []byte, stable bool, err error) {
+	path, flags := file, openFlags
+	var distrust []string
+	if trusted {
+		if path, distrust, err = resolveTrusted(file); err != nil {
+			return nil, false, cannotRead(file, err)
+		}
+		// Every symlink is resolved: one here now was put there since.
+		flags |= unix.O_NOFOLLOW
+	}
+	where := file
+	if path != file {
+		where = file + " -> " + path
+	}
+	problems := make(Problems, 0, len(distrust))
+	for _, reason := range distrust {
+		problems = append(problems, Problem{File: where, Reason: reason})
+	}
+	// Refuse a device or FIFO before opening it: opening some devices has
+	// side effects. The check on the descriptor below is the one that counts.
+	if info, err := os.Stat(path); err == nil && !info.Mode().IsRegular() {
+		return nil, false, append(problems, notRegular(where, info.Mode()))
+	}
+	if beforeOpenHook != nil {
+		beforeOpenHook()
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if trusted && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP)) {
+		// Replaced since the walk, as a ConfigMap update does: walk again.
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, append(problems, cannotRead(file, err)...)
+	}
+	defer f.Close()
+	before, err := f.Stat()
+	if err != nil {
+		return nil, false, cannotRead(file, err)
+	}
+	if !before.Mode().IsRegular() {
+		return nil, false, append(problems, notRegular(where, before.Mode()))
+	}
+	if trusted {
+		for _, reason := range untrustedFile(path, before) {
+			problems = append(problems, Problem{File: where, Reason: reason})
+		}
+	}
+	if len(problems) > 0 {
+		return nil, false, problems
+	}
+	// Reading one byte past the limit tells a file that is too large,
+	// whatever fstat said its size was (it may grow, or be a /proc file).
+	if data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1)); err != nil {
+		return nil, false, cannotRead(file, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, false, tooLarge(where)
+	}
+	if afterReadHook != nil {
+		afterReadHook()
+	}
+	after, err := f.Stat()
+	if err != nil {
+		return nil, false, cannotRead(file, err)
+	}
+	stable = before.Size() == after.Size() && before.ModTime().Equal(after.ModTime()) && int64(len(data)) == after.Size()
+	return data, stable, nil
+}
+
+// resolveTrusted follows the path one name at a time, as the kernel does,
+// and returns the file it leads to with every reason why someone other than
+// root could have changed what it leads to. Each directory on the way must
+// be root's and not writable by group or others, like sshd's StrictModes;
+// each symlink must be root's (a symlink's own mode is always 0777). The
+// file itself is checked through its descriptor, by untrustedFile.
+func resolveTrusted(file string) (resolved string, distrust []string, err error) {
+	abs := file
+	if !filepath.IsAbs(file) {
+		// Not filepath.Abs: it cleans "link/.." away lexically, while
+		// the kernel takes ".." after following the link.
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", nil, err
+		}
+		abs = wd + "/" + file
+	}
+	root, err := os.Lstat("/")
+	if err != nil {
+		return "", nil, err
+	}
+	distrust = untrustedDirectory("/", root)
+	seen := map[string]bool{"/": true}
+	resolved = "/"
+	links := 0
+	for pending := components(abs); len(pending) > 0; {
+		name := pending[0]
+		pending = pending[1:]
+		if name == ".." {
+			// resolved holds no symlink, so its lexical parent is its
+			// real one.
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := filepath.Join(resolved, name)
+		info, err := os.Lstat(next)
+		if err != nil {
+			return "", nil, err
+		}
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			if links++; links > maxSymlinks {
+				return "", nil, &fs.PathError{Op: "open", Path: file, Err: syscall.ELOOP}
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return "", nil, err
+			}
+			if uid := owner(info); uid != 0 && !seen[next] {
+				distrust = append(distrust, fmt.Sprintf(
+					"symlink %s (-> %s) is owned by uid %d, not root, and its owner can point it at another file; fix with: chown -h root %s (or pass --allow-insecure-config)", next, target, uid, next))
+			}
+			seen[next] = true
+			if filepath.IsAbs(target) {
+				resolved = "/"
+			}
+			pending = append(components(target), pending...)
+		case info.IsDir() && len(pending) > 0:
+			if !seen[next] {
+				distrust = append(distrust, untrustedDirectory(next, info)...)
+			}
+			seen[next] = true
+			resolved = next
+		default:
+			// The file itself, or a non-directory that the next Lstat
+			// refuses with "not a directory".
+			resolved = next
+		}
+	}
+	return resolved, distrust, nil
+}
+
+// components splits a path into its names, leaving out empty ones and ".";
+// ".." stays, to be taken after the symlinks before it are followed.
+func components(path string) []string {
+	var names []string
+	for _, name := range strings.Split(path, "/") {
+		if name != "" && name != "." {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// untrustedDirectory says why someone other than root could replace a file
+// in dir. Group- or world-writable is refused even with the sticky bit (as
+// on /tmp), as sshd refuses it: the sticky bit keeps others from removing
+// root's files, not from creating a name that is missing, and a config has
+// no reason to live in a shared directory.
+func untrustedDirectory(dir string, info fs.FileInfo) []string {
+	var reasons []string
+	if uid := owner(info); uid != 0 {
+		reasons = append(reasons, fmt.Sprintf(
+			"directory %s is owned by uid %d, not root, and its owner can replace the config; fix with: chown root %s (or pass --allow-insecure-config)", dir, uid, dir))
+	}
+	if modeBits(info)&0o022 != 0 {
+		reasons = append(reasons, fmt.Sprintf(
+			"directory %s is writable by group or others (mode %04o), and whoever can write it can replace the config; fix with: chmod go-w %s (or pass --allow-insecure-config)", dir, modeBits(info), dir))
+	}
+	return reasons
+}
+
+// untrustedFile says why someone other than root could have written the
+// config file.
+func untrustedFile(path string, info fs.FileInfo) []string {
+	var reasons []string
+	if modeBits(info)&0o022 != 0 {
+		reasons = append(reasons, fmt.Sprintf(
+			"config is writable by group or others (mode %04o), and whoever can write it sets sysctls in every pod; fix with: chmod go-w %s (or pass --allow-insecure-config)", modeBits(info), path))
+	}
+	if uid := owner(info); uid != 0 {
+		reasons = append(reasons, fmt.Sprintf(
+			"config is owned by uid %d, not root, and its owner could set sysctls in every pod; fix with: chown root %s (or pass --allow-insecure-config)", uid, path))
+	}
+	return reasons
+}
+
+func owner(info fs.FileInfo) uint32 {
+	return info.Sys().(*syscall.Stat_t).Uid
+}
+
+// modeBits are the permission bits with setuid, setgid and sticky, so that
+// /tmp shows as 1777.
+func modeBits(info fs.FileInfo) uint32 {
+	return info.Sys().(*syscall.Stat_t).Mode & 0o7777
+}
+
+func cannotRead(file string, err error) Problems {
+	return Problems{{File: file, Reason: fmt.Sprintf("cannot read config: %v", err)}}
+}
+
+func notRegular(where string, mode fs.FileMode) Problem {
+	kind := "a special file (mode " + mode.String() + ")"
+	switch {
+	case mode.IsDir():
+		kind = "a directory"
+	case mode&fs.ModeNamedPipe != 0:
+		kind = "a named pipe (FIFO)"
+	case mode&fs.ModeSocket != 0:
+		kind = "a socket"
+	case mode&fs.ModeCharDevice != 0:
+		kind = "a character device"
+	case mode&fs.ModeDevice != 0:
+		kind = "a block device"
+	}
+	return Problem{File: where, Reason: "cannot read config: it is " + kind + ", not a regular file; point --config at the config file"}
+}
+
+func tooLarge(where string) Problems {
+	return Problems{{File: where, Reason: fmt.Sprintf("cannot read config: file is larger than the %d-byte (1 MiB) limit; a config is a few kilobytes, so check that --config names the config file", MaxFileSize)}}
+}
