@@ -237,11 +237,19 @@ func untrustedDirectory(dir string, info fs.FileInfo) []string {
 		reasons = append(reasons, fmt.Sprintf(
 			"directory %s is owned by uid %d, not root, and its owner can replace the config; fix with: chown root %s (or pass --allow-insecure-config)", dir, uid, dir))
 	}
-	if modeBits(info)&0o022 != 0 {
+	if modeBits(info)&0o022 != 0 && !onReadOnlyMount(dir) {
 		reasons = append(reasons, fmt.Sprintf(
 			"directory %s is writable by group or others (mode %04o), and whoever can write it can replace the config; fix with: chmod go-w %s (or pass --allow-insecure-config)", dir, modeBits(info), dir))
 	}
 	return reasons
+}
+
+// onReadOnlyMount tells whether dir is on a read-only mount, where its
+// write bits give nobody a way in: a Kubernetes ConfigMap volume is a 0777
+// directory, mounted read-only into the pod.
+func onReadOnlyMount(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Flags&unix.ST_RDONLY != 0
 }
 
 // untrustedFile says why someone other than root could have written the

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"golang.org/x/sys/unix"
 	"net"
 	"os"
 	"path/filepath"
@@ -218,6 +219,17 @@ func TestLoadTrusted(t *testing.T) {
 			writeConfig(t, dir+"/..2026_11_30_12_00_00.123456789/config.yaml", validConfig, 0o644, 0)
 			symlink(t, "..2026_11_30_12_00_00.123456789", dir+"/..data")
 			symlink(t, "..data/config.yaml", dir+"/config.yaml")
+			return dir + "/config.yaml"
+		}, nil},
+		{"Kubernetes ConfigMap volume: a 0777 directory on a read-only mount", func(t *testing.T, base string) string {
+			dir := base + "/etc/nri-sysctl"
+			writeConfig(t, dir+"/..2026_11_30_12_00_00.123456789/config.yaml", validConfig, 0o644, 0)
+			symlink(t, "..2026_11_30_12_00_00.123456789", dir+"/..data")
+			symlink(t, "..data/config.yaml", dir+"/config.yaml")
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			readOnlyBindMount(t, dir)
 			return dir + "/config.yaml"
 		}, nil},
 		{"group-writable directory", func(t *testing.T, base string) string {
@@ -455,5 +467,17 @@ func TestLoadRetriesAChangedFile(t *testing.T) {
 	afterReadHook = func() { os.WriteFile(path, []byte(v1+"# "+strings.Repeat("x", changes)+"\n"), 0o600); changes++ }
 	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), path+": cannot read config: file kept changing while being read") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// readOnlyBindMount mounts dir read-only over itself until the test ends.
+func readOnlyBindMount(t *testing.T, dir string) {
+	t.Helper()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind-mount (needs root and a mount namespace that allows it): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount %s read-only: %v", dir, err)
 	}
 }
