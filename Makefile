@@ -6,7 +6,7 @@ BIN       := bin/nri-sysctl
 GO        ?= go
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
-E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9 v1.7.35
+E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
 .PHONY: all build test unit vet fmt-check fuzz-smoke e2e setup test-all demo install clean
 

@@ -252,7 +252,16 @@ func startCluster() (c *cluster, skip string, err error) {
 	c.pluginBin = envOr("NRI_SYSCTL_BIN", filepath.Join(c.repoRoot, "bin", "nri-sysctl"))
 
 	cleanStaleRuns()
-	if c.tmp, err = os.MkdirTemp("", tmpPrefix); err != nil {
+	// Under a root-owned 0755 directory, not /tmp: the plugin trusts a
+	// config only when no one but root could change any directory on its
+	// path, and /tmp is world-writable.
+	if err := os.MkdirAll(runsBaseDir, 0o755); err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(runsBaseDir, 0o755); err != nil {
+		return nil, "", err
+	}
+	if c.tmp, err = os.MkdirTemp(runsBaseDir, tmpPrefix); err != nil {
 		return nil, "", err
 	}
 	if err := os.WriteFile(filepath.Join(c.tmp, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
@@ -728,8 +737,12 @@ func stopProcess(pid int, done <-chan struct{}, timeout time.Duration) {
 }
 
 const (
-	tmpPrefix = "nri-sysctl-e2e-"
-	ownerFile = "owner.pid"
+	// tmpPrefix is short: shim sockets live at <run dir>/s/<64 hex digits>,
+	// and a unix socket path has at most 107 bytes.
+	tmpPrefix = "run-"
+	// runsBaseDir holds each run's temporary directory.
+	runsBaseDir = "/var/lib/nri-sysctl-e2e"
+	ownerFile   = "owner.pid"
 )
 
 // releaseDir frees everything a (stopped) containerd left below dir: runc
@@ -781,7 +794,7 @@ func killProcessesMentioning(dir string) {
 // cleanStaleRuns cleans up after earlier runs that were killed before their
 // teardown (SIGKILL, go test -timeout): temp dirs whose owner process is gone.
 func cleanStaleRuns() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tmpPrefix+"*"))
+	dirs, _ := filepath.Glob(filepath.Join(runsBaseDir, tmpPrefix+"*"))
 	for _, dir := range dirs {
 		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -164,21 +165,90 @@ func TestServicePreinstalled(t *testing.T) {
 		}
 	}
 
-	// Without containerdAddress the plugin looks pods up at
-	// /run/containerd/containerd.sock, which is not this containerd: it
-	// cannot read a pod's own sysctls, so it sets nothing (never clobber).
-	t.Run("DefaultContainerdAddress", func(t *testing.T) {
+	// Without containerdAddress the plugin finds the containerd that
+	// launched it (this one is not on the default socket) among its
+	// parent's listening sockets; a pod's own value still wins. containerd
+	// gives a pre-installed plugin no stderr, so its log lines go to the
+	// journal or, as here (no journald), to syslog.
+	t.Run("FindsItsContainerd", func(t *testing.T) {
+		syslogLines := listenSyslog(t)
 		restart(defaultsYAML(serviceValuesB))
-		wantSysctls(t, "pod, plugin without containerdAddress", podValues(t, "e2e-preinstalled", keys...), only(c.kernel, keys...))
+		wantSysctls(t, "pod, plugin without containerdAddress", podValues(t, "e2e-preinstalled", keys...), serviceValuesB)
+		ownKey := keys[0]
+		pod := runPod(t, PodSpec{Name: "own", Namespace: "e2e-preinstalled", Sysctls: map[string]string{ownKey: "33"}})
+		id := runContainer(t, pod, "app")
+		wantSysctls(t, "pod with its own "+ownKey, readSysctls(t, id, keys...), with(serviceValuesB, ownKey, "33"))
+		if syslogLines != nil {
+			want := "found the containerd that launched the plugin"
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(syslogLines(), want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the pre-installed plugin's log lines are not in syslog (want %q); syslog got:\n%s", want, syslogLines())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("syslog has the plugin's lines, e.g. %s", lineWith(syslogLines(), want))
+		}
 	})
 	if t.Failed() {
 		return
 	}
-	// With containerdAddress in the config containerd passes, it finds pods.
+	// With containerdAddress in the config containerd passes, it looks
+	// pods up there.
 	t.Run("ConfigContainerdAddress", func(t *testing.T) {
 		restart(defaultsYAML(serviceValuesB) + fmt.Sprintf("containerdAddress: %q\ncontainerdNamespace: %q\n", c.grpcSock, k8sNamespace))
 		wantSysctls(t, "pod, pre-installed plugin", podValues(t, "e2e-preinstalled", keys...), serviceValuesB)
 	})
+	// A wrong containerdAddress is an explicit choice: the plugin looks
+	// pods up there only, cannot read a pod's own sysctls, and sets
+	// nothing (never clobber).
+	t.Run("WrongContainerdAddress", func(t *testing.T) {
+		restart(defaultsYAML(serviceValuesB) + "containerdAddress: /run/nri-sysctl-e2e-nothing-here.sock\n")
+		wantSysctls(t, "pod, plugin with a wrong containerdAddress", podValues(t, "e2e-preinstalled", keys...), only(c.kernel, keys...))
+	})
+}
+
+// listenSyslog stands in for a syslog daemon on /dev/log while the test
+// runs, and returns what it received so far. It returns nil (after saying
+// so) when /dev/log already exists: the lines then go to that daemon.
+func listenSyslog(t *testing.T) func() string {
+	t.Helper()
+	const devLog = "/dev/log"
+	if _, err := os.Lstat(devLog); err == nil {
+		t.Logf("%s exists (a syslog daemon runs here): not checking where the plugin's lines go", devLog)
+		return nil
+	}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: devLog, Net: "unixgram"})
+	if err != nil {
+		t.Fatalf("listen on %s: %v", devLog, err)
+	}
+	var mu sync.Mutex
+	var got strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			got.Write(buf[:n])
+			got.WriteByte('\n')
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		conn.Close()
+		<-done
+		os.Remove(devLog)
+	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return got.String()
+	}
 }
 
 // pidsOfExe lists processes whose executable is path.
