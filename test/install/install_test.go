@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -264,4 +265,54 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// TestUnitLeavesWhatThePluginNeeds guards the hardening of the shipped unit
+// against settings that break the plugin without systemd-analyze noticing:
+// ProtectHostname and ProtectKernelTunables make /proc/sys (or its
+// hostname/domainname files) read-only, so namespace mode could never
+// write kernel.domainname; a namespace or capability the plugin uses must
+// stay allowed. The real run of the unit is the VM test.
+func TestUnitLeavesWhatThePluginNeeds(t *testing.T) {
+	unit := readUnit(t, filepath.Join(repoRoot(t), "systemd", "nri-sysctl.service"))
+	for _, setting := range []string{"ProtectHostname", "ProtectKernelTunables"} {
+		if v, ok := unit[setting]; ok && v != "no" && v != "false" {
+			t.Errorf("%s=%s makes /proc/sys read-only for the plugin: namespace mode cannot write pods' sysctls (kernel.domainname)", setting, v)
+		}
+	}
+	for setting, needed := range map[string][]string{
+		"RestrictNamespaces":      {"net", "ipc", "uts", "user"},
+		"CapabilityBoundingSet":   {"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_PTRACE", "CAP_SETUID", "CAP_SETGID"},
+		"RestrictAddressFamilies": {"AF_UNIX"},
+	} {
+		have := strings.Fields(unit[setting])
+		for _, n := range needed {
+			if _, ok := unit[setting]; ok && !slices.Contains(have, n) {
+				t.Errorf("%s=%s lacks %s, which the plugin needs", setting, unit[setting], n)
+			}
+		}
+	}
+	if v := unit["SystemCallFilter"]; strings.Contains(v, "@process") || strings.Contains(v, "setns") || strings.Contains(v, "unshare") {
+		t.Errorf("SystemCallFilter=%s blocks setns/unshare, which the plugin needs", v)
+	}
+}
+
+// readUnit reads a unit's Key=Value lines; a repeated key keeps the last.
+func readUnit(t *testing.T, path string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return out
 }
