@@ -8,15 +8,28 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
-.PHONY: all build test unit vet fmt-check fuzz-smoke e2e setup test-all demo install clean
+# golangci-lint: built once from the Go module proxy into the test cache.
+CACHE     ?= /var/cache/nri-sysctl-e2e
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
+
+.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./plugin
 
-## test: unit tests (with the race detector), go vet and the gofmt check.
-test: fmt-check vet unit
+## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
+test: fmt-check vet lint unit
+
+## lint: golangci-lint (.golangci.yml), built on first use.
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run --max-issues-per-linter 0 --max-same-issues 0 ./...
+
+$(GOLANGCI_LINT):
+	mkdir -p $(dir $@)
+	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 unit:
 	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/

@@ -274,7 +274,7 @@ type backoff struct {
 	min, max, cur time.Duration
 }
 
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+func newBackoff(first, limit time.Duration) *backoff { return &backoff{min: first, max: limit} }
 
 func (b *backoff) reset() { b.cur = 0 }
 

@@ -59,6 +59,8 @@ const (
 
 func (w writeState) String() string {
 	switch w {
+	case notWritten:
+		return "not written"
 	case writeFailed:
 		return "write failed"
 	case writeDone:
@@ -154,14 +156,14 @@ type podRecords struct {
 
 func newPodRecords() *podRecords { return &podRecords{pods: map[string]*podRecord{}} }
 
-// get returns the pod's record, making it with make on first sight.
-func (s *podRecords) get(podID string, make func() *podRecord) *podRecord {
+// get returns the pod's record, making it with newRecord on first sight.
+func (s *podRecords) get(podID string, newRecord func() *podRecord) *podRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.pods[podID]; ok {
 		return r
 	}
-	r := make()
+	r := newRecord()
 	r.id = podID
 	r.lookupSlot = makeSlot()
 	s.pods[podID] = r

@@ -166,7 +166,7 @@ func (p *parser) parse(data []byte) bool {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := dec.Decode(&doc); err == io.EOF {
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 		// Only comments: as empty.
 		return true
 	} else if err != nil {
@@ -177,7 +177,7 @@ func (p *parser) parse(data []byte) bool {
 	if err := dec.Decode(&extra); err == nil {
 		p.fail(extra.Line, "", "more than one YAML document; put everything in one")
 		return false
-	} else if err != io.EOF {
+	} else if !errors.Is(err, io.EOF) {
 		// Text after the first document that is not even YAML.
 		p.yamlError(err)
 		return false

@@ -266,20 +266,6 @@ func runContainer(t *testing.T, pod *Pod, name string, command ...string) string
 	return id
 }
 
-func stopContainer(t *testing.T, id string) {
-	t.Helper()
-	if _, err := getCluster(t).crictlRaw("stop", id); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func removeContainer(t *testing.T, id string) {
-	t.Helper()
-	if _, err := getCluster(t).crictlRaw("rm", "-f", id); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // execIn runs a command in a running container (CRI ExecSync) and returns its
 // trimmed stdout.
 func execIn(t *testing.T, id string, command ...string) string {

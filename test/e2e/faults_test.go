@@ -59,7 +59,7 @@ func waitLogContains(p *pluginProc, s string, timeout time.Duration) error {
 			return nil
 		}
 		if !p.running() {
-			return fmt.Errorf("plugin exited (%v) before logging %q\n--- plugin log ---\n%s", p.waitErr, s, tail(p.logPath, 80))
+			return fmt.Errorf("plugin exited (%w) before logging %q\n--- plugin log ---\n%s", p.waitErr, s, tail(p.logPath, 80))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("plugin did not log %q within %s\n--- plugin log ---\n%s", s, timeout, tail(p.logPath, 80))

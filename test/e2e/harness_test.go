@@ -309,11 +309,11 @@ func startCluster() (c *cluster, skip string, err error) {
 		return c, "", fmt.Errorf("build test images: %w", err)
 	}
 	if out, err := c.ctr("images", "import", "--platform", "linux/"+goarch(), archive); err != nil {
-		return c, "", fmt.Errorf("import test images: %v\n%s", err, out)
+		return c, "", fmt.Errorf("import test images: %w\n%s", err, out)
 	}
 	out, err := c.crictlRaw("images", "-q")
 	if err != nil {
-		return c, "", fmt.Errorf("crictl images: %v\n%s", err, out)
+		return c, "", fmt.Errorf("crictl images: %w\n%s", err, out)
 	}
 	logf("images imported after %s", time.Since(start).Round(time.Millisecond))
 
@@ -589,7 +589,7 @@ func (c *cluster) startContainerd() error {
 	for {
 		select {
 		case <-c.exited:
-			return fmt.Errorf("containerd exited during start-up (%v); log tail:\n%s", c.waitErr, c.containerdLogTail(60))
+			return fmt.Errorf("containerd exited during start-up (%w); log tail:\n%s", c.waitErr, c.containerdLogTail(60))
 		default:
 		}
 		if _, err := c.ctr("version"); err == nil {

@@ -65,3 +65,59 @@ func TestUserNamespacePod(t *testing.T) {
 		t.Errorf("ordinary pod: net.core.xfrm_acq_expires = %s, want %s", got, xfrmAcqExpires)
 	}
 }
+
+// TestUserNamespacePodStartsWithEveryKeyClass: a hostUsers: false pod
+// with a UTS key (kernel.domainname, whose file stays owned by the host's
+// root), an IPC key and ping_group_range starts in either mode, and every
+// configured key is either in force inside the pod or listed as skipped
+// with its reason. An ordinary pod on the same node still gets every key.
+// (runc refused kernel.domainname in such pods: "open sysctl
+// kernel.domainname file: reopen fd 10: permission denied".)
+func TestUserNamespacePodStartsWithEveryKeyClass(t *testing.T) {
+	c := getCluster(t)
+	want := map[string]string{
+		"kernel.domainname":           "nri.test",
+		"kernel.msgmax":               "16384",
+		"net.ipv4.ping_group_range":   "0 2147483647",
+		"net.ipv4.tcp_keepalive_time": "600",
+	}
+	clamped := map[string]string{"net.ipv4.ping_group_range": "0 65535"}
+	startPlugin(t, defaultsYAML(want))
+	for _, dir := range []string{c.tmp, c.state, c.root} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod, err := c.runPodErr(PodSpec{Name: "userns-all", Namespace: "e2e-userns", UserNamespace: true, RuntimeHandler: usernsRuntimeHandler})
+	if err != nil {
+		t.Fatalf("user-namespace pod did not start: %v", err)
+	}
+	t.Cleanup(func() { c.removePod(pod.ID) })
+	id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
+	if err == nil {
+		_, err = c.crictlRaw("start", id)
+	}
+	if err != nil {
+		t.Fatalf("user-namespace container did not start: %v", err)
+	}
+	skipped := containerAnnotations(t, id)[annotationSkipped]
+	for _, key := range sortedKeys(want) {
+		value := want[key]
+		if v, ok := clamped[key]; ok {
+			value = v
+		}
+		got := strings.Join(strings.Fields(readSysctl(t, id, key)), " ")
+		switch {
+		case got == value:
+			t.Logf("%s = %s inside the user-namespace pod", key, got)
+		case strings.Contains(skipped, key+" ("):
+			t.Logf("%s skipped: %s (reads %s inside)", key, lineWith(strings.ReplaceAll(skipped, "; ", "\n"), key+" ("), got)
+		default:
+			t.Errorf("%s = %q inside the user-namespace pod: neither the configured %q nor listed as skipped (%s = %q)", key, got, value, annotationSkipped, skipped)
+		}
+	}
+
+	ordinary := runPod(t, PodSpec{Name: "no-userns-all", Namespace: "e2e-userns"})
+	oid := runContainer(t, ordinary, "app")
+	wantSysctls(t, "ordinary pod", readSysctls(t, oid, sortedKeys(want)...), want)
+}
