@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
@@ -304,5 +305,34 @@ func TestReportedNRIVersion(t *testing.T) {
 		if got := reportedNRIVersion(tc.stub, tc.runtime, tc.version); got != tc.want {
 			t.Errorf("reportedNRIVersion(%q, %s %s) = %q, want %q", tc.stub, tc.runtime, tc.version, got, tc.want)
 		}
+	}
+}
+
+// Review finding 13: the containerd a config names and the config itself go
+// into force as one: a pod is looked up through the connection of the
+// config it is decided with, never the previous config's.
+func TestReloadSwapsConfigAndLookupTogether(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	byAddress := map[string]*fakeFetcher{
+		"/run/a.sock": {own: map[string]string{"net.ipv4.tcp_keepalive_time": "1"}},
+		"/run/b.sock": {own: map[string]string{"net.ipv4.tcp_keepalive_intvl": "2"}},
+	}
+	p.connect = func(cfg *config.Config) (podsysctl.Fetcher, error) { return byAddress[cfg.ContainerdAddress], nil }
+	p.reload(writeFile(t, testConfig+"containerdAddress: /run/a.sock\n"))
+	podA := testPod("ra", "network", "ipc")
+	if err := p.RunPodSandbox(context.Background(), podA); err != nil {
+		t.Fatal(err)
+	}
+	p.reload(writeFile(t, testConfig+"containerdAddress: /run/b.sock\n"))
+	adjA, _, _ := p.CreateContainer(context.Background(), podA, &api.Container{Name: "app"})
+	adjB, _, _ := p.CreateContainer(context.Background(), testPod("rb", "network", "ipc"), &api.Container{Name: "app"})
+	if _, set := adjA.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_time"]; set {
+		t.Errorf("pod first seen under a.sock's config was looked up elsewhere: %v", adjA.GetLinux().GetSysctl())
+	}
+	if _, set := adjB.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_intvl"]; set {
+		t.Errorf("pod first seen under b.sock's config was looked up elsewhere: %v", adjB.GetLinux().GetSysctl())
+	}
+	if byAddress["/run/a.sock"].calls.Load() != 1 || byAddress["/run/b.sock"].calls.Load() != 1 {
+		t.Errorf("lookups: a.sock %d, b.sock %d; want one each", byAddress["/run/a.sock"].calls.Load(), byAddress["/run/b.sock"].calls.Load())
 	}
 }
