@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,7 +195,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 // namespace mode the plugin writes from the host's user namespace, and the
 // kernel reads ping_group_range's GIDs in the writer's namespace.
 func (p *plugin) hostSideValues(ctx context.Context, pod *api.PodSandbox, list []sysctl.Sysctl) []sysctl.Sysctl {
-	if !podInfo(pod).Own.User {
+	if !podInfo(pod).Own.Has(sysctl.User) {
 		return list
 	}
 	own, _ := p.pods.Get(ctx, pod.GetId())
@@ -397,15 +396,8 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 		RuntimeHandler: pod.GetRuntimeHandler(),
 	}
 	for _, ns := range pod.GetLinux().GetNamespaces() {
-		switch ns.GetType() {
-		case "network":
-			info.Own.Net = true
-		case "ipc":
-			info.Own.IPC = true
-		case "uts":
-			info.Own.UTS = true
-		case "user":
-			info.Own.User = true
+		if kind, ok := sysctl.NamespaceByOCIName(ns.GetType()); ok {
+			info.Own = info.Own.With(kind)
 		}
 	}
 	return info
@@ -414,24 +406,17 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 // namespaceTarget finds the pod's namespaces: by their path (the network
 // one has it), or else through the sandbox's pid.
 func namespaceTarget(pod *api.PodSandbox) nswrite.Target {
-	var t nswrite.Target
+	t := nswrite.Target{}
 	for _, ns := range pod.GetLinux().GetNamespaces() {
-		var path *string
-		var procName string
-		switch ns.GetType() {
-		case "network":
-			path, procName = &t.NetNSPath, "net"
-		case "ipc":
-			path, procName = &t.IPCNSPath, "ipc"
-		case "uts":
-			path, procName = &t.UTSNSPath, "uts"
-		default:
+		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
+		if !ok {
 			continue
 		}
-		*path = ns.GetPath()
-		if *path == "" && pod.GetPid() != 0 {
-			*path = "/proc/" + strconv.FormatUint(uint64(pod.GetPid()), 10) + "/ns/" + procName
+		ref := nswrite.NamespaceRef{Path: ns.GetPath()}
+		if ref.Path == "" {
+			ref.Pid = int(pod.GetPid())
 		}
+		t[kind] = ref
 	}
 	return t
 }

@@ -6,18 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
 
-// Target names the pod namespaces to write into. An empty path means the
-// pod has no namespace of that kind of its own, and keys for it are refused.
-type Target struct {
-	NetNSPath string
-	IPCNSPath string
-	UTSNSPath string
+// Target holds where to find each namespace the pod has to itself. A kind
+// missing from it is one the pod shares with the host: keys for it are
+// refused.
+type Target map[sysctl.Namespace]NamespaceRef
+
+// NamespaceRef is how to reach one namespace: by Path, a bind mount that
+// pins it (the network namespace has one), or else through Pid, a process
+// in it (the pod sandbox's).
+type NamespaceRef struct {
+	Path string
+	Pid  int
 }
 
 // WriteError is one sysctl that could not be written.
@@ -60,22 +67,25 @@ func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	return errs
 }
 
+// writable lists the namespaces Write can enter: a user namespace's
+// sysctls are not the pod's to set from the host.
+var writable = []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS}
+
 // setns moves the calling (locked) thread into the pod's namespace for ns.
 func setns(t Target, ns sysctl.Namespace) error {
-	var path string
-	var flag int
-	switch ns {
-	case sysctl.Net:
-		path, flag = t.NetNSPath, unix.CLONE_NEWNET
-	case sysctl.IPC:
-		path, flag = t.IPCNSPath, unix.CLONE_NEWIPC
-	case sysctl.UTS:
-		path, flag = t.UTSNSPath, unix.CLONE_NEWUTS
-	default:
+	if !slices.Contains(writable, ns) {
 		return fmt.Errorf("namespace mode cannot write %s sysctls", ns)
 	}
-	if path == "" {
+	ref, own := t[ns]
+	if !own {
 		return fmt.Errorf("pod has no %s namespace of its own", ns)
+	}
+	path := ref.Path
+	if path == "" {
+		if ref.Pid <= 0 {
+			return fmt.Errorf("pod's %s namespace has neither a path nor a process", ns)
+		}
+		path = "/proc/" + strconv.Itoa(ref.Pid) + "/ns/" + ns.ProcName()
 	}
 	if err := refuseOwnNamespace(path, ns); err != nil {
 		return err
@@ -85,7 +95,7 @@ func setns(t Target, ns sysctl.Namespace) error {
 		return fmt.Errorf("opening %s namespace %s: %w", ns, path, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Setns(fd, flag); err != nil {
+	if err := unix.Setns(fd, ns.CloneFlag()); err != nil {
 		return fmt.Errorf("entering %s namespace %s: %w", ns, path, err)
 	}
 	return nil
@@ -107,7 +117,7 @@ func refuseOwnNamespace(path string, ns sysctl.Namespace) error {
 	if err := unix.Stat(path, &target); err != nil {
 		return fmt.Errorf("%s namespace %s: %w", ns, path, err)
 	}
-	ownPath := "/proc/thread-self/ns/" + map[sysctl.Namespace]string{sysctl.Net: "net", sysctl.IPC: "ipc", sysctl.UTS: "uts"}[ns]
+	ownPath := "/proc/thread-self/ns/" + ns.ProcName()
 	if err := unix.Stat(ownPath, &own); err != nil {
 		return fmt.Errorf("reading %s: %w", ownPath, err)
 	}

@@ -55,7 +55,7 @@ func TestWriteIntoPodNetns(t *testing.T) {
 	if hostBefore == want {
 		want = "602"
 	}
-	errs := Write(Target{NetNSPath: path}, []sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", want)})
+	errs := Write(Target{sysctl.Net: {Path: path}}, []sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", want)})
 	if len(errs) != 0 {
 		t.Fatalf("Write: %v", errs)
 	}
@@ -73,7 +73,7 @@ func TestWriteIntoPodNetns(t *testing.T) {
 
 func TestWriteReportsEachFailedKey(t *testing.T) {
 	path := newNetns(t)
-	errs := Write(Target{NetNSPath: path}, []sysctl.Sysctl{
+	errs := Write(Target{sysctl.Net: {Path: path}}, []sysctl.Sysctl{
 		sysctl.New("net.ipv4.tcp_keepalive_time", "603"),
 		sysctl.New("net.ipv4.no_such_key", "1"),
 		sysctl.New("net.ipv4.tcp_keepalive_intvl", "not-a-number"),
@@ -98,7 +98,7 @@ func TestWriteRefusesTheHostNamespace(t *testing.T) {
 		t.Skip("needs root")
 	}
 	before := hostValue(t, "net.ipv4.tcp_keepalive_time")
-	errs := Write(Target{NetNSPath: "/proc/self/ns/net"}, []sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", "604")})
+	errs := Write(Target{sysctl.Net: {Path: "/proc/self/ns/net"}}, []sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", "604")})
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "is the host's network namespace") {
 		t.Fatalf("want a refusal, got %v", errs)
 	}

@@ -24,24 +24,30 @@ type Pod struct {
 	Own NamespaceSet
 }
 
-// NamespaceSet holds which namespaces a pod owns.
-type NamespaceSet struct {
-	Net, IPC, UTS, User bool
+// NamespaceSet holds which namespaces a pod owns, one bit per
+// sysctl.Namespace.
+type NamespaceSet uint8
+
+// Owning is the set of the given namespaces.
+func Owning(namespaces ...sysctl.Namespace) NamespaceSet {
+	var s NamespaceSet
+	for _, ns := range namespaces {
+		s = s.With(ns)
+	}
+	return s
+}
+
+// With adds ns to the set; NotNamespaced is never a member.
+func (s NamespaceSet) With(ns sysctl.Namespace) NamespaceSet {
+	if ns == sysctl.NotNamespaced {
+		return s
+	}
+	return s | 1<<ns
 }
 
 // Has tells whether the set owns namespace ns.
 func (s NamespaceSet) Has(ns sysctl.Namespace) bool {
-	switch ns {
-	case sysctl.Net:
-		return s.Net
-	case sysctl.IPC:
-		return s.IPC
-	case sysctl.UTS:
-		return s.UTS
-	case sysctl.User:
-		return s.User
-	}
-	return false
+	return ns != sysctl.NotNamespaced && s&(1<<ns) != 0
 }
 
 // Input is one container's decision input.
@@ -166,7 +172,7 @@ func (p *Policy) Decide(in Input) Decision {
 			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
 			continue
 		}
-		if key == pingGroupRange && in.Pod.Own.User {
+		if key == pingGroupRange && in.Pod.Own.Has(sysctl.User) {
 			clamped, ok, reason := clampPingGroupRange(value, in.GIDMappings)
 			if !ok {
 				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
@@ -208,7 +214,7 @@ func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input)
 	if !in.Pod.Own.Has(ns) {
 		return ReasonHostNamespace + " (" + ns.String() + ")"
 	}
-	if refusedInUserNS && in.Pod.Own.User {
+	if refusedInUserNS && in.Pod.Own.Has(sysctl.User) {
 		return ReasonUserNamespace
 	}
 	if _, own := in.PodOwn[key]; own {

@@ -5,7 +5,10 @@ package sysctl
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Namespace is the kernel namespace a sysctl belongs to.
@@ -21,43 +24,76 @@ const (
 	User
 )
 
+// namespaceKind is everything the plugin needs to know about one kind of
+// namespace. Like Kubernetes' component-helpers sysctl table, it is the one
+// place that says which namespace owns which sysctl.
+type namespaceKind struct {
+	oci       string // type name in the OCI runtime spec and the NRI pod
+	proc      string // entry under /proc/<pid>/ns
+	cloneFlag int    // for setns and clone
+	// exact and prefixes follow Kubernetes' and runc's lists.
+	exact    []string
+	prefixes []string
+}
+
+var namespaceKinds = [...]namespaceKind{
+	Net:  {oci: "network", proc: "net", cloneFlag: unix.CLONE_NEWNET, prefixes: []string{"net."}},
+	IPC:  {oci: "ipc", proc: "ipc", cloneFlag: unix.CLONE_NEWIPC, exact: []string{"kernel.sem"}, prefixes: []string{"kernel.shm", "kernel.msg", "fs.mqueue."}},
+	UTS:  {oci: "uts", proc: "uts", cloneFlag: unix.CLONE_NEWUTS, exact: []string{"kernel.domainname"}},
+	User: {oci: "user", proc: "user", cloneFlag: unix.CLONE_NEWUSER, prefixes: []string{"user."}},
+}
+
+func (n Namespace) kind() (namespaceKind, bool) {
+	if n <= NotNamespaced || int(n) >= len(namespaceKinds) {
+		return namespaceKind{}, false
+	}
+	return namespaceKinds[n], true
+}
+
 // String gives the OCI namespace type name ("network", "ipc", ...).
 func (n Namespace) String() string {
-	switch n {
-	case Net:
-		return "network"
-	case IPC:
-		return "ipc"
-	case UTS:
-		return "uts"
-	case User:
-		return "user"
+	if k, ok := n.kind(); ok {
+		return k.oci
 	}
 	return "none"
 }
 
-// ipcExact and ipcPrefixes follow Kubernetes' and runc's lists of IPC
-// namespaced sysctls.
-var (
-	ipcExact    = map[string]bool{"kernel.sem": true}
-	ipcPrefixes = []string{"kernel.shm", "kernel.msg", "fs.mqueue."}
-)
+// ProcName is the namespace's entry under /proc/<pid>/ns ("net", "ipc",
+// ...), or "" for NotNamespaced.
+func (n Namespace) ProcName() string {
+	k, _ := n.kind()
+	return k.proc
+}
+
+// CloneFlag is the namespace's CLONE_NEW* flag, or 0 for NotNamespaced.
+func (n Namespace) CloneFlag() int {
+	k, _ := n.kind()
+	return k.cloneFlag
+}
+
+// NamespaceByOCIName finds a namespace by its OCI type name, as the NRI pod
+// sandbox lists them; ok is false for kinds no sysctl belongs to (pid,
+// mount, cgroup, ...).
+func NamespaceByOCIName(name string) (ns Namespace, ok bool) {
+	for n := Net; int(n) < len(namespaceKinds); n++ {
+		if namespaceKinds[n].oci == name {
+			return n, true
+		}
+	}
+	return NotNamespaced, false
+}
 
 // NamespaceOf tells which namespace a normalized (dot-form) name belongs to.
 func NamespaceOf(name string) Namespace {
-	switch {
-	case strings.HasPrefix(name, "net."):
-		return Net
-	case strings.HasPrefix(name, "user."):
-		return User
-	case name == "kernel.domainname":
-		return UTS
-	case ipcExact[name]:
-		return IPC
-	}
-	for _, p := range ipcPrefixes {
-		if strings.HasPrefix(name, p) {
-			return IPC
+	for n := Net; int(n) < len(namespaceKinds); n++ {
+		k := namespaceKinds[n]
+		if slices.Contains(k.exact, name) {
+			return n
+		}
+		for _, p := range k.prefixes {
+			if strings.HasPrefix(name, p) {
+				return n
+			}
 		}
 	}
 	return NotNamespaced
