@@ -18,7 +18,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/sirupsen/logrus"
 )
 
@@ -134,7 +134,7 @@ func kernelChecker(skip bool) config.KernelChecker {
 	if skip {
 		return nil
 	}
-	return sysctl.ProbeKernel
+	return probe.Kernel
 }
 
 func runPlugin(o options, stderr io.Writer) int {

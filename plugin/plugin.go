@@ -18,6 +18,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -72,7 +73,7 @@ func (p *plugin) setConfig(cfg *config.Config) {
 // to the containerd it names.
 func (p *plugin) applyConfig(cfg *config.Config) error {
 	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
-		refused, err := sysctl.ProbeUserNamespace(keys)
+		refused, err := probe.UserNamespace(keys)
 		if err != nil {
 			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
 		} else if len(refused) > 0 {

@@ -67,7 +67,7 @@ type Config struct {
 	// that the pod fails and the operator hears of it.
 	UserNamespaceRefused string
 	// RefusedInUserNamespace is not read from the file: the plugin fills it
-	// from its probe (sysctl.ProbeUserNamespace).
+	// from its probe (probe.UserNamespace).
 	RefusedInUserNamespace map[string]bool
 }
 
@@ -130,7 +130,7 @@ func (ps Problems) Error() string {
 }
 
 // KernelChecker reports which normalized names cannot be set in a pod on this
-// kernel. sysctl.ProbeKernel is the real one.
+// kernel. probe.Kernel is the real one.
 type KernelChecker func(names []string) (map[string]error, error)
 
 // Load reads and validates a file. check may be nil to skip the kernel probe.

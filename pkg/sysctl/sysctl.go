@@ -3,6 +3,7 @@
 package sysctl
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -195,6 +196,13 @@ func ProbeName(name string) string {
 	}
 	return name
 }
+
+// ErrMissing marks a sysctl that a fresh pod namespace does not have.
+var ErrMissing = errors.New("does not exist in a fresh pod namespace on this kernel")
+
+// ErrReadOnly marks a sysctl that a fresh pod namespace has but that cannot
+// be set there (net.core.rmem_max, for one, on 6.x kernels).
+var ErrReadOnly = errors.New("is read-only inside a pod's namespace on this kernel (only the host's value can be changed; use /etc/sysctl.d)")
 
 // Sysctl is one normalized name and its value.
 type Sysctl struct {

@@ -1,4 +1,4 @@
-package sysctl
+package probe
 
 import (
 	"os"
@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-func TestProbeUserNamespace(t *testing.T) {
+func TestUserNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	refused, err := ProbeUserNamespace([]string{
+	refused, err := UserNamespace([]string{
 		"net.core.xfrm_acq_expires", "net.ipv6.route.gc_thresh", "net.core.somaxconn",
 		"net.ipv4.tcp_keepalive_time", "net.ipv4.ping_group_range",
 		"net.ipv4.conf.eth0.rp_filter", "kernel.msgmax",

@@ -1,4 +1,4 @@
-package sysctl
+package probe
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 // userNSProbeEnv makes a re-executed copy of this binary run the user
@@ -21,7 +23,7 @@ func init() {
 	}
 }
 
-// ProbeUserNamespace reports which namespaced sysctls the kernel refuses to
+// UserNamespace reports which namespaced sysctls the kernel refuses to
 // let a pod with its own user namespace set: inside a network namespace
 // owned by a non-initial user namespace, some keys are hidden
 // (net.core.xfrm_*, net.ipv6.route.*) or read-only, even for the
@@ -29,7 +31,7 @@ func init() {
 // kernel probe's business and should be left out by the caller. A new user namespace
 // needs a single-threaded process, so the probe runs in a re-executed copy
 // of this binary, started in fresh user, network and IPC namespaces.
-func ProbeUserNamespace(names []string) (map[string]bool, error) {
+func UserNamespace(names []string) (map[string]bool, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("user namespace probe: %w", err)
@@ -65,10 +67,10 @@ func userNSProbeChild() int {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		name := strings.TrimSpace(sc.Text())
-		if ns := NamespaceOf(name); ns != Net && ns != IPC {
+		if ns := sysctl.NamespaceOf(name); ns != sysctl.Net && ns != sysctl.IPC {
 			continue
 		}
-		f, err := os.OpenFile(Path(ProbeName(name)), os.O_WRONLY, 0)
+		f, err := os.OpenFile(sysctl.Path(sysctl.ProbeName(name)), os.O_WRONLY, 0)
 		if err == nil {
 			f.Close()
 			continue

@@ -1,4 +1,4 @@
-package sysctl
+package probe
 
 import (
 	"os"
@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 func needRoot(t *testing.T) {
@@ -25,7 +27,7 @@ func readlink(t *testing.T, path string) string {
 	return l
 }
 
-func TestProbeKernel(t *testing.T) {
+func TestKernel(t *testing.T) {
 	needRoot(t)
 	// A fresh network namespace has fewer net.core keys than the host's:
 	// netdev_max_backlog is only in the initial one (checked on 6.x).
@@ -57,17 +59,17 @@ func TestProbeKernel(t *testing.T) {
 		"vm.no_such_key",
 		"kernel.core_pattern",
 	}
-	missing, err := ProbeKernel(names)
+	missing, err := Kernel(names)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]error{
-		"net.ipv4.tcp_keepalive_tme":        ErrMissing,
-		"net.core.netdev_max_backlog":       ErrMissing,
-		"net.ipv4.neigh.default.gc_thresh1": ErrMissing,
-		"net.ipv4.neigh.eth0.gc_thresh1":    ErrMissing,
-		"kernel.shmbogus":                   ErrMissing,
-		"net.core.rmem_max":                 ErrReadOnly,
+		"net.ipv4.tcp_keepalive_tme":        sysctl.ErrMissing,
+		"net.core.netdev_max_backlog":       sysctl.ErrMissing,
+		"net.ipv4.neigh.default.gc_thresh1": sysctl.ErrMissing,
+		"net.ipv4.neigh.eth0.gc_thresh1":    sysctl.ErrMissing,
+		"kernel.shmbogus":                   sysctl.ErrMissing,
+		"net.core.rmem_max":                 sysctl.ErrReadOnly,
 	}
 	if !reflect.DeepEqual(missing, want) {
 		t.Errorf("ProbeKernel missing = %v, want %v", missing, want)
@@ -76,12 +78,12 @@ func TestProbeKernel(t *testing.T) {
 
 func TestProbeKernelNoNames(t *testing.T) {
 	needRoot(t)
-	missing, err := ProbeKernel(nil)
+	missing, err := Kernel(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if missing == nil || len(missing) != 0 {
-		t.Errorf("ProbeKernel(nil) = %#v, want an empty map", missing)
+		t.Errorf("Kernel(nil) = %#v, want an empty map", missing)
 	}
 }
 
@@ -92,7 +94,7 @@ func TestProbeKernelLeavesNamespaces(t *testing.T) {
 	want := readlink(t, "/proc/self/ns/net")
 	wantIPC := readlink(t, "/proc/self/ns/ipc")
 	for i := 0; i < 20; i++ {
-		if _, err := ProbeKernel([]string{"net.core.somaxconn"}); err != nil {
+		if _, err := Kernel([]string{"net.core.somaxconn"}); err != nil {
 			t.Fatal(err)
 		}
 	}
