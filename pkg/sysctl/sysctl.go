@@ -204,6 +204,10 @@ var ErrMissing = errors.New("does not exist in a fresh pod namespace on this ker
 // be set there (net.core.rmem_max, for one, on 6.x kernels).
 var ErrReadOnly = errors.New("is read-only inside a pod's namespace on this kernel (only the host's value can be changed; use /etc/sysctl.d)")
 
+// ErrNotASysctl marks a name that is a /proc/sys directory ("net.ipv4"),
+// which passes ValidateName but cannot hold a value.
+var ErrNotASysctl = errors.New("is a directory, not a sysctl")
+
 // Sysctl is one normalized name and its value.
 type Sysctl struct {
 	key, value string
