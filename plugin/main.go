@@ -53,6 +53,10 @@ type options struct {
 }
 
 func main() {
+	// The user namespace probe re-executes this binary as its helper.
+	if probe.IsHelper(os.Args) {
+		os.Exit(probe.RunHelper(os.Args))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -73,13 +73,31 @@ func (p *plugin) setConfig(cfg *config.Config) {
 // to the containerd it names.
 func (p *plugin) applyConfig(cfg *config.Config) error {
 	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
-		refused, err := probe.UserNamespace(keys)
-		if err != nil {
-			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
-		} else if len(refused) > 0 {
-			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(slices.Sorted(maps.Keys(refused)), ", "))
+		refused, err := probeUserNamespace(keys)
+		if errors.Is(err, probe.ErrUserNamespacesDisabled) {
+			p.log.Warnf("%v: no pod can have a user namespace, so no key is left out for one", err)
+			refused, err = nil, nil
 		}
-		cfg.RefusedInUserNamespace = refused
+		if err != nil {
+			// Without a result, user-namespace pods would get keys the
+			// kernel refuses them: keep the last result if it covers
+			// every key, or else keep the config in force.
+			prev := p.current.Load().cfg
+			if prev.RefusedInUserNamespace == nil || !allIn(keys, prev.AllKeys()) {
+				return fmt.Errorf("cannot tell which sysctls user-namespace pods may set: %w (use --skip-kernel-check to leave the probes out)", err)
+			}
+			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v; keeping the previous result", err)
+			cfg.RefusedInUserNamespace = prev.RefusedInUserNamespace
+		} else {
+			cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
+			for w, reasons := range refused {
+				cfg.RefusedInUserNamespace[w] = map[string]bool{}
+				for _, k := range slices.Sorted(maps.Keys(reasons)) {
+					cfg.RefusedInUserNamespace[w][k] = true
+					p.log.Infof("user-namespace pods do not get %s when %s writes it: %v (userNamespaceRefused: fail keeps it)", k, w, reasons[k])
+				}
+			}
+		}
 	}
 	if p.retarget != nil {
 		if err := p.retarget(cfg); err != nil {
@@ -88,6 +106,19 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	}
 	p.setConfig(cfg)
 	return nil
+}
+
+// probeUserNamespace is swapped in tests.
+var probeUserNamespace = probe.UserNamespace
+
+// allIn tells whether every one of keys is in sorted.
+func allIn(keys, sorted []string) bool {
+	for _, k := range keys {
+		if _, found := slices.BinarySearch(sorted, k); !found {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *plugin) mode() runtimemode.Mode { return p.applyMode.Load().(runtimemode.Mode) }
@@ -369,7 +400,17 @@ func (p *plugin) decide(ctx context.Context, cur *loaded, pod *api.PodSandbox, e
 	}
 	in.PodOwn = own.Own
 	in.GIDMappings = own.GIDMappings
+	in.Writer = writerFor(p.mode())
 	return cur.policy.Decide(in), true
+}
+
+// writerFor tells who writes the sysctls in a mode: runc inside the pod in
+// spec mode, the plugin as host root in namespace mode.
+func writerFor(m runtimemode.Mode) sysctl.Writer {
+	if m == runtimemode.Spec {
+		return sysctl.WriterInPod
+	}
+	return sysctl.WriterHost
 }
 
 func (p *plugin) logDecision(pod *api.PodSandbox, ctr *api.Container, d policy.Decision) {

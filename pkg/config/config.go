@@ -67,8 +67,9 @@ type Config struct {
 	// that the pod fails and the operator hears of it.
 	UserNamespaceRefused string
 	// RefusedInUserNamespace is not read from the file: the plugin fills it
-	// from its probe (probe.UserNamespace).
-	RefusedInUserNamespace map[string]bool
+	// from its probe (probe.UserNamespace) with, for each writer, the keys
+	// the kernel refuses it in a pod that has its own user namespace.
+	RefusedInUserNamespace map[sysctl.Writer]map[string]bool
 }
 
 // Modes and error policies (see the README).

@@ -61,6 +61,9 @@ type Input struct {
 	Existing map[string]string
 	// GIDMappings is the pod's user namespace gid mapping, if it has one.
 	GIDMappings []IDMapping
+	// Writer is who will write the sysctls: in a user-namespace pod the
+	// kernel refuses different keys to each.
+	Writer sysctl.Writer
 }
 
 // Skip reasons, stable for logs and tests.
@@ -91,8 +94,9 @@ type Decision struct {
 type Policy struct {
 	keys []string
 	ns   []sysctl.Namespace
-	// refusedInUserNS marks keys to leave out for user-namespace pods.
-	refusedInUserNS []bool
+	// refusedInUserNS marks, for each writer, the keys to leave out for
+	// user-namespace pods.
+	refusedInUserNS map[sysctl.Writer][]bool
 	base            []string
 	rules           []rule
 	exclude         selector
@@ -132,11 +136,21 @@ func Compile(cfg *config.Config) *Policy {
 	p := &Policy{keys: cfg.AllKeys(), exclude: compileSelector(cfg.Exclude)}
 	index := make(map[string]int, len(p.keys))
 	p.ns = make([]sysctl.Namespace, len(p.keys))
-	p.refusedInUserNS = make([]bool, len(p.keys))
 	for i, k := range p.keys {
 		index[k] = i
 		p.ns[i] = sysctl.NamespaceOf(k)
-		p.refusedInUserNS[i] = cfg.RefusedInUserNamespace[k] && cfg.UserNamespaceRefused != config.RefusedFail
+	}
+	// userNamespaceRefused: fail keeps the keys, so that such pods fail
+	// and someone notices.
+	if cfg.UserNamespaceRefused != config.RefusedFail {
+		p.refusedInUserNS = make(map[sysctl.Writer][]bool, len(cfg.RefusedInUserNamespace))
+		for w, refused := range cfg.RefusedInUserNamespace {
+			marks := make([]bool, len(p.keys))
+			for i, k := range p.keys {
+				marks[i] = refused[k]
+			}
+			p.refusedInUserNS[w] = marks
+		}
 	}
 	p.base = make([]string, len(p.keys))
 	for _, e := range cfg.Sysctls {
@@ -163,12 +177,13 @@ func (p *Policy) Decide(in Input) Decision {
 	}
 	values, n := p.effectiveValues(in.Pod)
 	d := Decision{Apply: make([]sysctl.Sysctl, 0, n)}
+	refused := p.refusedInUserNS[in.Writer]
 	for i, value := range values {
 		if value == "" {
 			continue
 		}
 		key := p.keys[i]
-		if reason := skipReason(key, p.ns[i], p.refusedInUserNS[i], in); reason != "" {
+		if reason := skipReason(key, p.ns[i], refused != nil && refused[i], in); reason != "" {
 			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
 			continue
 		}

@@ -243,3 +243,26 @@ func ValidateNamespaced(name string) error {
 	}
 	return nil
 }
+
+// Writer is who writes a pod's sysctls. In a pod with its own user
+// namespace the kernel lets different keys through for each.
+type Writer int
+
+const (
+	// WriterInPod is runc, writing as the root of the pod's user
+	// namespace (spec mode).
+	WriterInPod Writer = iota
+	// WriterHost is the plugin, writing as host root from the host's
+	// user namespace (namespace mode).
+	WriterHost
+)
+
+func (w Writer) String() string {
+	switch w {
+	case WriterInPod:
+		return "runc in the pod"
+	case WriterHost:
+		return "host root"
+	}
+	return fmt.Sprintf("Writer(%d)", int(w))
+}
