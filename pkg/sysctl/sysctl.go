@@ -32,16 +32,22 @@ type namespaceKind struct {
 	oci       string // type name in the OCI runtime spec and the NRI pod
 	proc      string // entry under /proc/<pid>/ns
 	cloneFlag int    // for setns and clone
+	// initInode is the inode number of the host's (initial) namespace
+	// of this kind on nsfs, fixed by the kernel (include/linux/proc_ns.h:
+	// IPC, UTS and user since 3.8, network since 6.x; older kernels give
+	// the initial network namespace a number of 0xF0000000 or more, so
+	// the constant never matches another namespace).
+	initInode uint64
 	// exact and prefixes follow Kubernetes' and runc's lists.
 	exact    []string
 	prefixes []string
 }
 
 var namespaceKinds = [...]namespaceKind{
-	Net:  {oci: "network", proc: "net", cloneFlag: unix.CLONE_NEWNET, prefixes: []string{"net."}},
-	IPC:  {oci: "ipc", proc: "ipc", cloneFlag: unix.CLONE_NEWIPC, exact: []string{"kernel.sem"}, prefixes: []string{"kernel.shm", "kernel.msg", "fs.mqueue."}},
-	UTS:  {oci: "uts", proc: "uts", cloneFlag: unix.CLONE_NEWUTS, exact: []string{"kernel.domainname"}},
-	User: {oci: "user", proc: "user", cloneFlag: unix.CLONE_NEWUSER, prefixes: []string{"user."}},
+	Net:  {oci: "network", proc: "net", cloneFlag: unix.CLONE_NEWNET, initInode: 0xEFFFFFF9, prefixes: []string{"net."}},
+	IPC:  {oci: "ipc", proc: "ipc", cloneFlag: unix.CLONE_NEWIPC, initInode: 0xEFFFFFFF, exact: []string{"kernel.sem"}, prefixes: []string{"kernel.shm", "kernel.msg", "fs.mqueue."}},
+	UTS:  {oci: "uts", proc: "uts", cloneFlag: unix.CLONE_NEWUTS, initInode: 0xEFFFFFFE, exact: []string{"kernel.domainname"}},
+	User: {oci: "user", proc: "user", cloneFlag: unix.CLONE_NEWUSER, initInode: 0xEFFFFFFD, prefixes: []string{"user."}},
 }
 
 func (n Namespace) kind() (namespaceKind, bool) {
@@ -70,6 +76,13 @@ func (n Namespace) ProcName() string {
 func (n Namespace) CloneFlag() int {
 	k, _ := n.kind()
 	return k.cloneFlag
+}
+
+// InitialInode is the nsfs inode number of the host's namespace of this
+// kind, or 0 for NotNamespaced.
+func (n Namespace) InitialInode() uint64 {
+	k, _ := n.kind()
+	return k.initInode
 }
 
 // NamespaceByOCIName finds a namespace by its OCI type name, as the NRI pod

@@ -131,7 +131,20 @@ func TestNamespaceTable(t *testing.T) {
 			t.Errorf("NamespaceByOCIName(%q) = %v, want none", name, ns)
 		}
 	}
-	if NotNamespaced.ProcName() != "" || NotNamespaced.CloneFlag() != 0 || Namespace(99).CloneFlag() != 0 {
+	// The host's namespaces, seen from pid 1, or from this process where
+	// pid 1 is out of reach (the tests run in the host's namespaces).
+	for _, ns := range []Namespace{Net, IPC, UTS, User} {
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/1/ns/"+ns.ProcName(), &st); err != nil {
+			if err := unix.Stat("/proc/self/ns/"+ns.ProcName(), &st); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st.Ino != ns.InitialInode() {
+			t.Errorf("%v.InitialInode() = %#x, the host's is %#x", ns, ns.InitialInode(), st.Ino)
+		}
+	}
+	if NotNamespaced.ProcName() != "" || NotNamespaced.CloneFlag() != 0 || Namespace(99).CloneFlag() != 0 || NotNamespaced.InitialInode() != 0 {
 		t.Error("NotNamespaced has a /proc name or a clone flag")
 	}
 }
