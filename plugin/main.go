@@ -17,8 +17,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
@@ -55,6 +55,10 @@ type options struct {
 }
 
 func main() {
+	// The user namespace probe re-executes this binary as its helper.
+	if probe.IsHelper(os.Args) {
+		os.Exit(probe.RunHelper(os.Args))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -141,7 +145,7 @@ func kernelChecker(skip bool) config.KernelChecker {
 	if skip {
 		return nil
 	}
-	return sysctl.ProbeKernel
+	return probe.Kernel
 }
 
 func runPlugin(o options, stderr io.Writer) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,25 @@ rulez: []
 	}
 	if !strings.Contains(out, "(4 problem(s))") {
 		t.Errorf("want exactly 4 problems:\n%s", out)
+	}
+}
+
+// /proc/sys directories pass the name syntax check; the kernel probe must
+// refuse them, or every pod would fail with "is a directory".
+func TestValidateRefusesSysctlDirectories(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root")
+	}
+	path := writeFile(t, "sysctls:\n  net.ipv4: 1\n  net.core: 1\n  net.ipv4.conf.default: 1\n")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1; stdout: %s", code, stdout.String())
+	}
+	for i, key := range []string{"net.ipv4", "net.core", "net.ipv4.conf.default"} {
+		want := fmt.Sprintf("%s:%d: sysctls.%s: is a directory, not a sysctl (kernel probe)", path, i+2, key)
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stderr.String())
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,7 +263,7 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 // namespace mode the plugin writes from the host's user namespace, and the
 // kernel reads ping_group_range's GIDs in the writer's namespace.
 func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodSandbox) ([]sysctl.Sysctl, []nswrite.WriteError) {
-	if !podInfo(pod).Own.User {
+	if !podInfo(pod).Own.Has(sysctl.User) {
 		return list, nil
 	}
 	out := make([]sysctl.Sysctl, 0, len(list))
@@ -490,8 +489,17 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	if !ok {
 		return policy.Decision{}, own, false
 	}
-	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings}
+	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: writerFor(rec.mode)}
 	return rec.cfg.policy.Decide(in), own, true
+}
+
+// writerFor tells who writes the sysctls in a mode: runc inside the pod in
+// spec mode, the plugin as host root in namespace mode.
+func writerFor(m runtimemode.Mode) sysctl.Writer {
+	if m == runtimemode.Spec {
+		return sysctl.WriterInPod
+	}
+	return sysctl.WriterHost
 }
 
 // normalizedKeys puts keys another plugin set in slash form into dot form,
@@ -523,15 +531,8 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 		RuntimeHandler: pod.GetRuntimeHandler(),
 	}
 	for _, ns := range pod.GetLinux().GetNamespaces() {
-		switch ns.GetType() {
-		case "network":
-			info.Own.Net = true
-		case "ipc":
-			info.Own.IPC = true
-		case "uts":
-			info.Own.UTS = true
-		case "user":
-			info.Own.User = true
+		if kind, ok := sysctl.NamespaceByOCIName(ns.GetType()); ok {
+			info.Own = info.Own.With(kind)
 		}
 	}
 	return info
@@ -540,24 +541,17 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 // namespaceTarget finds the pod's namespaces: by their path (the network
 // one has it), or else through the sandbox's pid.
 func namespaceTarget(pod *api.PodSandbox) nswrite.Target {
-	var t nswrite.Target
+	t := nswrite.Target{}
 	for _, ns := range pod.GetLinux().GetNamespaces() {
-		var path *string
-		var procName string
-		switch ns.GetType() {
-		case "network":
-			path, procName = &t.NetNSPath, "net"
-		case "ipc":
-			path, procName = &t.IPCNSPath, "ipc"
-		case "uts":
-			path, procName = &t.UTSNSPath, "uts"
-		default:
+		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
+		if !ok {
 			continue
 		}
-		*path = ns.GetPath()
-		if *path == "" && pod.GetPid() != 0 {
-			*path = "/proc/" + strconv.FormatUint(uint64(pod.GetPid()), 10) + "/ns/" + procName
+		ref := nswrite.NamespaceRef{Path: ns.GetPath()}
+		if ref.Path == "" {
+			ref.Pid = int(pod.GetPid())
 		}
+		t[kind] = ref
 	}
 	return t
 }

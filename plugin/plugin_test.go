@@ -306,7 +306,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 				t.Fatalf("error does not say what failed: %v", err)
 			}
 			want := []call{{
-				target: nswrite.Target{NetNSPath: "/var/run/netns/cni-n", UTSNSPath: "/proc/4242/ns/uts"},
+				target: nswrite.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: 4242}},
 				keys:   []string{"net.ipv4.tcp_keepalive_time=600"},
 			}}
 			if !reflect.DeepEqual(calls, want) {

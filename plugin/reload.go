@@ -3,15 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
@@ -22,13 +23,31 @@ import (
 // and its lookup are swapped in as one.
 func (p *plugin) applyConfig(cfg *config.Config) error {
 	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
-		refused, err := sysctl.ProbeUserNamespace(keys)
-		if err != nil {
-			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
-		} else if len(refused) > 0 {
-			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(slices.Sorted(maps.Keys(refused)), ", "))
+		refused, err := probeUserNamespace(keys)
+		if errors.Is(err, probe.ErrUserNamespacesDisabled) {
+			p.log.WithError(err).Warn("no pod can have a user namespace, so no key is left out for one")
+			refused, err = nil, nil
 		}
-		cfg.RefusedInUserNamespace = refused
+		if err != nil {
+			// Without a result, user-namespace pods would get keys the
+			// kernel refuses them: keep the last result if it covers
+			// every key, or else keep the config in force.
+			prev := p.current.Load().cfg
+			if prev.RefusedInUserNamespace == nil || !allIn(keys, prev.AllKeys()) {
+				return fmt.Errorf("cannot tell which sysctls user-namespace pods may set: %w (use --skip-kernel-check to leave the probes out)", err)
+			}
+			p.log.WithError(err).Warn("cannot tell which sysctls user-namespace pods may set; keeping the previous result")
+			cfg.RefusedInUserNamespace = prev.RefusedInUserNamespace
+		} else {
+			cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
+			for w, reasons := range refused {
+				cfg.RefusedInUserNamespace[w] = map[string]bool{}
+				for _, k := range slices.Sorted(maps.Keys(reasons)) {
+					cfg.RefusedInUserNamespace[w][k] = true
+					p.log.WithFields(logrus.Fields{"key": k, "writer": w.String(), "reason": reasons[k].Error()}).Info("user-namespace pods do not get this key (userNamespaceRefused: fail keeps it)")
+				}
+			}
+		}
 	}
 	lookup, err := p.connect(cfg)
 	if err != nil {
@@ -39,6 +58,19 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	}
 	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: lookup})
 	return nil
+}
+
+// probeUserNamespace is swapped in tests.
+var probeUserNamespace = probe.UserNamespace
+
+// allIn tells whether every one of keys is in sorted.
+func allIn(keys, sorted []string) bool {
+	for _, k := range keys {
+		if _, found := slices.BinarySearch(sorted, k); !found {
+			return false
+		}
+	}
+	return true
 }
 
 // loadInitialConfig reads the config file. A pre-installed plugin may get

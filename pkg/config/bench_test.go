@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 )
 
 // Benchmarks of what start-up and every reload cost: reading and
@@ -83,10 +83,10 @@ func benchLoad(b *testing.B, text string, check config.KernelChecker, defaults, 
 // probeOrSkip returns the real kernel probe if it can run here (root).
 func probeOrSkip(b *testing.B) config.KernelChecker {
 	b.Helper()
-	if _, err := sysctl.ProbeKernel([]string{"net.core.somaxconn"}); err != nil {
+	if _, err := probe.Kernel([]string{"net.core.somaxconn"}); err != nil {
 		b.Skipf("kernel probe cannot run here: %v", err)
 	}
-	return sysctl.ProbeKernel
+	return probe.Kernel
 }
 
 func BenchmarkLoadSmall(b *testing.B) { benchLoad(b, benchSmallConfig, nil, 3, 0) }

@@ -65,8 +65,9 @@ type Config struct {
 	// that the pod fails and the operator hears of it.
 	UserNamespaceRefused string
 	// RefusedInUserNamespace is not read from the file: the plugin fills it
-	// from its probe (sysctl.ProbeUserNamespace).
-	RefusedInUserNamespace map[string]bool
+	// from its probe (probe.UserNamespace) with, for each writer, the keys
+	// the kernel refuses it in a pod that has its own user namespace.
+	RefusedInUserNamespace map[sysctl.Writer]map[string]bool
 }
 
 // Modes and error policies (see the README).
@@ -128,7 +129,7 @@ func (ps Problems) Error() string {
 }
 
 // KernelChecker reports which normalized names cannot be set in a pod on this
-// kernel. sysctl.ProbeKernel is the real one.
+// kernel. probe.Kernel is the real one.
 type KernelChecker func(names []string) (map[string]error, error)
 
 // Parse validates config text; source names it in messages.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -581,7 +582,7 @@ func TestLoadExampleKernel(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kernel probe needs root")
 	}
-	if _, err := Load("../../config/config.yaml", sysctl.ProbeKernel); err != nil {
+	if _, err := Load("../../config/config.yaml", probe.Kernel); err != nil {
 		t.Fatal(err)
 	}
 }

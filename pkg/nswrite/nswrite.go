@@ -6,18 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
 
-// Target names the pod namespaces to write into. An empty path means the
-// pod has no namespace of that kind of its own, and keys for it are refused.
-type Target struct {
-	NetNSPath string
-	IPCNSPath string
-	UTSNSPath string
+// Target holds where to find each namespace the pod has to itself. A kind
+// missing from it is one the pod shares with the host: keys for it are
+// refused.
+type Target map[sysctl.Namespace]NamespaceRef
+
+// NamespaceRef is how to reach one namespace: by Path, a bind mount that
+// pins it (the network namespace has one), or else through Pid, a process
+// in it (the pod sandbox's).
+type NamespaceRef struct {
+	Path string
+	Pid  int
 }
 
 // WriteError is one sysctl that could not be written.
@@ -60,35 +67,108 @@ func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	return errs
 }
 
+// writable lists the namespaces Write can enter: a user namespace's
+// sysctls are not the pod's to set from the host.
+var writable = []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS}
+
 // setns moves the calling (locked) thread into the pod's namespace for ns.
+// It checks the namespace it has open, not a path that could meanwhile
+// name another one, and enters that same fd.
 func setns(t Target, ns sysctl.Namespace) error {
-	var path string
-	var flag int
-	switch ns {
-	case sysctl.Net:
-		path, flag = t.NetNSPath, unix.CLONE_NEWNET
-	case sysctl.IPC:
-		path, flag = t.IPCNSPath, unix.CLONE_NEWIPC
-	case sysctl.UTS:
-		path, flag = t.UTSNSPath, unix.CLONE_NEWUTS
-	default:
+	if !slices.Contains(writable, ns) {
 		return fmt.Errorf("namespace mode cannot write %s sysctls", ns)
 	}
-	if path == "" {
+	ref, own := t[ns]
+	if !own {
 		return fmt.Errorf("pod has no %s namespace of its own", ns)
 	}
-	if err := refuseOwnNamespace(path, ns); err != nil {
+	fd, where, err := openNamespace(ref, ns)
+	if err != nil {
 		return err
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s namespace %s: %w", ns, path, err)
-	}
 	defer unix.Close(fd)
-	if err := unix.Setns(fd, flag); err != nil {
-		return fmt.Errorf("entering %s namespace %s: %w", ns, path, err)
+	if err := refuseHostOrOwn(fd, where, ns); err != nil {
+		return err
+	}
+	if err := unix.Setns(fd, ns.CloneFlag()); err != nil {
+		return fmt.Errorf("entering %s namespace %s: %w", ns, where, err)
 	}
 	return nil
+}
+
+// ErrSandboxExited marks a pid-based target whose process is gone: its pid
+// may already be another pod's.
+var ErrSandboxExited = errors.New("the pod sandbox process has exited")
+
+// openNamespace opens the namespace ref names; where says which, for
+// errors. A path is a bind mount that pins the namespace. A pid pins
+// nothing, so it is held with a pidfd across the open of
+// /proc/<pid>/ns/<kind>, and the process checked alive afterwards: the fd
+// is then that process's namespace, even if the pid is reused later.
+func openNamespace(ref NamespaceRef, ns sysctl.Namespace) (fd int, where string, err error) {
+	if ref.Path != "" {
+		fd, err := unix.Open(ref.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, ref.Path, fmt.Errorf("opening %s namespace %s: %w", ns, ref.Path, err)
+		}
+		return fd, ref.Path, nil
+	}
+	if ref.Pid <= 0 {
+		return -1, "", fmt.Errorf("pod's %s namespace has neither a path nor a process", ns)
+	}
+	where = "/proc/" + strconv.Itoa(ref.Pid) + "/ns/" + ns.ProcName()
+	pidfd, err := unix.PidfdOpen(ref.Pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, where, fmt.Errorf("%s namespace of pid %d: %w", ns, ref.Pid, ErrSandboxExited)
+	}
+	if err != nil {
+		return -1, where, fmt.Errorf("pidfd_open(%d): %w", ref.Pid, err)
+	}
+	defer unix.Close(pidfd)
+	fd, err = unix.Open(where, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, where, fmt.Errorf("opening %s namespace %s: %w", ns, where, err)
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		unix.Close(fd)
+		return -1, where, fmt.Errorf("%s namespace of pid %d: %w (%w)", ns, ref.Pid, ErrSandboxExited, err)
+	}
+	return fd, where, nil
+}
+
+// ErrNotPodNamespace marks a target that is the host's namespace or the
+// plugin's own: writing there would change the node.
+var ErrNotPodNamespace = errors.New("refusing to write")
+
+// refuseHostOrOwn is a last guard against writing into the host: the
+// namespace open at fd must be neither the host's nor the plugin's own,
+// which differ when the plugin runs in a container. The host's is pid 1's
+// and, where pid 1 is out of reach, the kernel's fixed number for the
+// initial namespace.
+func refuseHostOrOwn(fd int, where string, ns sysctl.Namespace) error {
+	var target, own unix.Stat_t
+	if err := unix.Fstat(fd, &target); err != nil {
+		return fmt.Errorf("%s namespace %s: %w", ns, where, err)
+	}
+	ownPath := "/proc/self/ns/" + ns.ProcName()
+	if err := unix.Stat(ownPath, &own); err != nil {
+		return fmt.Errorf("reading %s: %w", ownPath, err)
+	}
+	hostByNumber := target.Dev == own.Dev && target.Ino == ns.InitialInode()
+	if hostByNumber || sameAs(target, "/proc/1/ns/"+ns.ProcName()) {
+		return fmt.Errorf("%w: %s is the host's %s namespace", ErrNotPodNamespace, where, ns)
+	}
+	if target.Dev == own.Dev && target.Ino == own.Ino {
+		return fmt.Errorf("%w: %s is the plugin's own %s namespace", ErrNotPodNamespace, where, ns)
+	}
+	return nil
+}
+
+// sameAs tells whether st is the file at path. A path that cannot be read
+// matches nothing.
+func sameAs(st unix.Stat_t, path string) bool {
+	var other unix.Stat_t
+	return unix.Stat(path, &other) == nil && st.Dev == other.Dev && st.Ino == other.Ino
 }
 
 func unwrapPathError(err error) error {
@@ -97,22 +177,4 @@ func unwrapPathError(err error) error {
 		return fmt.Errorf("writing %s: %w", pe.Path, pe.Err)
 	}
 	return err
-}
-
-// refuseOwnNamespace is a last guard against writing into the host: the
-// plugin runs in the host's namespaces, so a target that is the plugin's own
-// namespace is the host's.
-func refuseOwnNamespace(path string, ns sysctl.Namespace) error {
-	var target, own unix.Stat_t
-	if err := unix.Stat(path, &target); err != nil {
-		return fmt.Errorf("%s namespace %s: %w", ns, path, err)
-	}
-	ownPath := "/proc/thread-self/ns/" + map[sysctl.Namespace]string{sysctl.Net: "net", sysctl.IPC: "ipc", sysctl.UTS: "uts"}[ns]
-	if err := unix.Stat(ownPath, &own); err != nil {
-		return fmt.Errorf("reading %s: %w", ownPath, err)
-	}
-	if target.Dev == own.Dev && target.Ino == own.Ino {
-		return fmt.Errorf("refusing to write: %s is the host's %s namespace", path, ns)
-	}
-	return nil
 }

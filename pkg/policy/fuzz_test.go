@@ -26,7 +26,7 @@ func FuzzDecide(f *testing.F) {
 		in := Input{
 			Pod: Pod{
 				Namespace: namespace, Labels: pairs(labels), RuntimeHandler: handler,
-				Own: NamespaceSet{Net: own&1 != 0, IPC: own&2 != 0, UTS: own&4 != 0, User: own&8 != 0},
+				Own: ownFromBits(own),
 			},
 			PodOwn:   pairs(podOwn),
 			Existing: pairs(existing),
@@ -54,6 +54,17 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ownFromBits reads bits 0-3 as Net, IPC, UTS and User.
+func ownFromBits(bits uint8) NamespaceSet {
+	var s NamespaceSet
+	for i, ns := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS, sysctl.User} {
+		if bits&(1<<i) != 0 {
+			s = s.With(ns)
+		}
+	}
+	return s
 }
 
 // pairs reads "k=v,k=v".

@@ -24,24 +24,30 @@ type Pod struct {
 	Own NamespaceSet
 }
 
-// NamespaceSet holds which namespaces a pod owns.
-type NamespaceSet struct {
-	Net, IPC, UTS, User bool
+// NamespaceSet holds which namespaces a pod owns, one bit per
+// sysctl.Namespace.
+type NamespaceSet uint8
+
+// Owning is the set of the given namespaces.
+func Owning(namespaces ...sysctl.Namespace) NamespaceSet {
+	var s NamespaceSet
+	for _, ns := range namespaces {
+		s = s.With(ns)
+	}
+	return s
+}
+
+// With adds ns to the set; NotNamespaced is never a member.
+func (s NamespaceSet) With(ns sysctl.Namespace) NamespaceSet {
+	if ns == sysctl.NotNamespaced {
+		return s
+	}
+	return s | 1<<ns
 }
 
 // Has tells whether the set owns namespace ns.
 func (s NamespaceSet) Has(ns sysctl.Namespace) bool {
-	switch ns {
-	case sysctl.Net:
-		return s.Net
-	case sysctl.IPC:
-		return s.IPC
-	case sysctl.UTS:
-		return s.UTS
-	case sysctl.User:
-		return s.User
-	}
-	return false
+	return ns != sysctl.NotNamespaced && s&(1<<ns) != 0
 }
 
 // Input is one container's decision input.
@@ -55,6 +61,9 @@ type Input struct {
 	Existing map[string]string
 	// GIDMappings is the pod's user namespace gid mapping, if it has one.
 	GIDMappings []IDMapping
+	// Writer is who will write the sysctls: in a user-namespace pod the
+	// kernel refuses different keys to each.
+	Writer sysctl.Writer
 }
 
 // Skip reasons, stable for logs and tests.
@@ -85,8 +94,9 @@ type Decision struct {
 type Policy struct {
 	keys []string
 	ns   []sysctl.Namespace
-	// refusedInUserNS marks keys to leave out for user-namespace pods.
-	refusedInUserNS []bool
+	// refusedInUserNS marks, for each writer, the keys to leave out for
+	// user-namespace pods.
+	refusedInUserNS map[sysctl.Writer][]bool
 	base            []string
 	rules           []rule
 	exclude         selector
@@ -126,11 +136,21 @@ func Compile(cfg *config.Config) *Policy {
 	p := &Policy{keys: cfg.AllKeys(), exclude: compileSelector(cfg.Exclude)}
 	index := make(map[string]int, len(p.keys))
 	p.ns = make([]sysctl.Namespace, len(p.keys))
-	p.refusedInUserNS = make([]bool, len(p.keys))
 	for i, k := range p.keys {
 		index[k] = i
 		p.ns[i] = sysctl.NamespaceOf(k)
-		p.refusedInUserNS[i] = cfg.RefusedInUserNamespace[k] && cfg.UserNamespaceRefused != config.RefusedFail
+	}
+	// userNamespaceRefused: fail keeps the keys, so that such pods fail
+	// and someone notices.
+	if cfg.UserNamespaceRefused != config.RefusedFail {
+		p.refusedInUserNS = make(map[sysctl.Writer][]bool, len(cfg.RefusedInUserNamespace))
+		for w, refused := range cfg.RefusedInUserNamespace {
+			marks := make([]bool, len(p.keys))
+			for i, k := range p.keys {
+				marks[i] = refused[k]
+			}
+			p.refusedInUserNS[w] = marks
+		}
 	}
 	p.base = make([]string, len(p.keys))
 	for _, e := range cfg.Sysctls {
@@ -157,16 +177,17 @@ func (p *Policy) Decide(in Input) Decision {
 	}
 	values, n := p.effectiveValues(in.Pod)
 	d := Decision{Apply: make([]sysctl.Sysctl, 0, n)}
+	refused := p.refusedInUserNS[in.Writer]
 	for i, value := range values {
 		if value == "" {
 			continue
 		}
 		key := p.keys[i]
-		if reason := skipReason(key, p.ns[i], p.refusedInUserNS[i], in); reason != "" {
+		if reason := skipReason(key, p.ns[i], refused != nil && refused[i], in); reason != "" {
 			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
 			continue
 		}
-		if key == pingGroupRange && in.Pod.Own.User {
+		if key == pingGroupRange && in.Pod.Own.Has(sysctl.User) {
 			clamped, ok, reason := clampPingGroupRange(value, in.GIDMappings)
 			if !ok {
 				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
@@ -208,7 +229,7 @@ func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input)
 	if !in.Pod.Own.Has(ns) {
 		return ReasonHostNamespace + " (" + ns.String() + ")"
 	}
-	if refusedInUserNS && in.Pod.Own.User {
+	if refusedInUserNS && in.Pod.Own.Has(sysctl.User) {
 		return ReasonUserNamespace
 	}
 	if _, own := in.PodOwn[key]; own {

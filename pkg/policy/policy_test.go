@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 func mustConfig(t testing.TB, text string) *config.Config {
@@ -18,10 +19,10 @@ func mustConfig(t testing.TB, text string) *config.Config {
 }
 
 // ownAll is a pod with every namespace of its own.
-var ownAll = NamespaceSet{Net: true, IPC: true, UTS: true, User: true}
+var ownAll = Owning(sysctl.Net, sysctl.IPC, sysctl.UTS, sysctl.User)
 
 // ownNormal is an ordinary pod: no user namespace.
-var ownNormal = NamespaceSet{Net: true, IPC: true, UTS: true}
+var ownNormal = Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
 
 const baseConfig = `
 sysctls:
@@ -83,7 +84,7 @@ func TestDecideNamespaces(t *testing.T) {
 		},
 		{
 			name: "hostNetwork pod gets no net.*",
-			own:  NamespaceSet{IPC: true, UTS: true},
+			own:  Owning(sysctl.IPC, sysctl.UTS),
 			wantApplied: map[string]string{
 				"kernel.msgmax": "16384", "kernel.domainname": "example.org",
 			},
@@ -94,7 +95,7 @@ func TestDecideNamespaces(t *testing.T) {
 		},
 		{
 			name: "hostIPC pod gets no IPC keys",
-			own:  NamespaceSet{Net: true, UTS: true},
+			own:  Owning(sysctl.Net, sysctl.UTS),
 			wantApplied: map[string]string{
 				"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60",
 				"kernel.domainname": "example.org", "net.ipv4.ip_unprivileged_port_start": "1024",
@@ -103,7 +104,7 @@ func TestDecideNamespaces(t *testing.T) {
 		},
 		{
 			name: "host UTS pod gets no kernel.domainname",
-			own:  NamespaceSet{Net: true, IPC: true},
+			own:  Owning(sysctl.Net, sysctl.IPC),
 			wantApplied: map[string]string{
 				"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60",
 				"kernel.msgmax": "16384", "net.ipv4.ip_unprivileged_port_start": "1024",
@@ -112,7 +113,7 @@ func TestDecideNamespaces(t *testing.T) {
 		},
 		{
 			name:        "all host namespaces (no namespace list at all) get nothing",
-			own:         NamespaceSet{},
+			own:         Owning(),
 			wantApplied: map[string]string{},
 			wantSkipped: map[string]string{
 				"net.ipv4.tcp_keepalive_time": hostNet, "net.ipv4.tcp_keepalive_intvl": hostNet,
@@ -338,5 +339,17 @@ func TestSlashKeysAreNormalized(t *testing.T) {
 	d = p.Decide(Input{Pod: Pod{Own: ownNormal}, PodOwn: map[string]string{"net.ipv4.conf.eth0/100.rp_filter": "1"}})
 	if len(d.Apply) != 0 {
 		t.Fatalf("pod's own (normalized) value should win, applied %v", applied(d))
+	}
+}
+
+func TestNamespaceSet(t *testing.T) {
+	s := Owning(sysctl.Net, sysctl.User, sysctl.NotNamespaced)
+	for ns, want := range map[sysctl.Namespace]bool{sysctl.Net: true, sysctl.User: true, sysctl.IPC: false, sysctl.UTS: false, sysctl.NotNamespaced: false} {
+		if got := s.Has(ns); got != want {
+			t.Errorf("Owning(net, user).Has(%v) = %v, want %v", ns, got, want)
+		}
+	}
+	if Owning().Has(sysctl.NotNamespaced) || Owning().With(sysctl.NotNamespaced) != Owning() {
+		t.Error("NotNamespaced must never be owned")
 	}
 }

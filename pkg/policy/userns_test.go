@@ -1,8 +1,12 @@
 package policy
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 func TestClampPingGroupRange(t *testing.T) {
@@ -80,26 +84,51 @@ func TestHostPingGroupRange(t *testing.T) {
 }
 
 func TestDecideSkipsKeysRefusedInUserNamespaces(t *testing.T) {
-	text := "sysctls:\n  net.core.rmem_max: 8388608\n  net.ipv4.tcp_keepalive_time: 600\n"
+	text := "sysctls:\n  kernel.domainname: pods\n  kernel.msgmax: 65536\n  net.ipv4.tcp_keepalive_time: 600\n"
+	// As probed on 6.18: the UTS table is host root's, IPC keys belong
+	// to the root of the namespace's owner.
+	refused := map[sysctl.Writer]map[string]bool{
+		sysctl.WriterInPod: {"kernel.domainname": true},
+		sysctl.WriterHost:  {"kernel.msgmax": true},
+	}
 	cfg := mustConfig(t, text)
-	cfg.RefusedInUserNamespace = map[string]bool{"net.core.rmem_max": true}
+	cfg.RefusedInUserNamespace = refused
 	p := Compile(cfg)
 
-	d := p.Decide(Input{Pod: Pod{Own: ownAll}})
-	if got := applied(d); !reflect.DeepEqual(got, map[string]string{"net.ipv4.tcp_keepalive_time": "600"}) {
-		t.Fatalf("user-namespace pod: applied %v", got)
+	tests := []struct {
+		writer  sysctl.Writer
+		own     NamespaceSet
+		apply   []string
+		skipped string
+	}{
+		{sysctl.WriterInPod, ownAll, []string{"kernel.msgmax", "net.ipv4.tcp_keepalive_time"}, "kernel.domainname"},
+		{sysctl.WriterHost, ownAll, []string{"kernel.domainname", "net.ipv4.tcp_keepalive_time"}, "kernel.msgmax"},
+		{sysctl.WriterInPod, ownNormal, []string{"kernel.domainname", "kernel.msgmax", "net.ipv4.tcp_keepalive_time"}, ""},
+		{sysctl.WriterHost, ownNormal, []string{"kernel.domainname", "kernel.msgmax", "net.ipv4.tcp_keepalive_time"}, ""},
 	}
-	if got := skipped(d); got["net.core.rmem_max"] != ReasonUserNamespace {
-		t.Fatalf("user-namespace pod: skipped %v", got)
-	}
-	d = p.Decide(Input{Pod: Pod{Own: ownNormal}})
-	if got := applied(d); len(got) != 2 {
-		t.Fatalf("pod without a user namespace gets both: %v", got)
+	for _, tc := range tests {
+		d := p.Decide(Input{Pod: Pod{Own: tc.own}, Writer: tc.writer})
+		if got := slices.Sorted(maps.Keys(applied(d))); !reflect.DeepEqual(got, tc.apply) {
+			t.Errorf("%v, user namespace %v: applied %v, want %v", tc.writer, tc.own.Has(sysctl.User), got, tc.apply)
+		}
+		want := map[string]string{}
+		if tc.skipped != "" {
+			want[tc.skipped] = ReasonUserNamespace
+		}
+		if got := skipped(d); !reflect.DeepEqual(got, want) {
+			t.Errorf("%v, user namespace %v: skipped %v, want %v", tc.writer, tc.own.Has(sysctl.User), got, want)
+		}
 	}
 
 	cfg = mustConfig(t, text+"userNamespaceRefused: fail\n")
-	cfg.RefusedInUserNamespace = map[string]bool{"net.core.rmem_max": true}
-	if got := applied(Compile(cfg).Decide(Input{Pod: Pod{Own: ownAll}})); len(got) != 2 {
-		t.Fatalf("userNamespaceRefused: fail keeps the key (the pod fails loudly): %v", got)
+	cfg.RefusedInUserNamespace = refused
+	for _, w := range []sysctl.Writer{sysctl.WriterInPod, sysctl.WriterHost} {
+		if got := applied(Compile(cfg).Decide(Input{Pod: Pod{Own: ownAll}, Writer: w})); len(got) != 3 {
+			t.Errorf("%v: userNamespaceRefused: fail keeps every key (the pod fails loudly): %v", w, got)
+		}
+	}
+	// No probe result (the probe was skipped): nothing is left out.
+	if got := applied(Compile(mustConfig(t, text)).Decide(Input{Pod: Pod{Own: ownAll}, Writer: sysctl.WriterHost})); len(got) != 3 {
+		t.Errorf("without a probe result every key applies: %v", got)
 	}
 }

@@ -3,9 +3,13 @@
 package sysctl
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Namespace is the kernel namespace a sysctl belongs to.
@@ -21,43 +25,89 @@ const (
 	User
 )
 
+// namespaceKind is everything the plugin needs to know about one kind of
+// namespace. Like Kubernetes' component-helpers sysctl table, it is the one
+// place that says which namespace owns which sysctl.
+type namespaceKind struct {
+	oci       string // type name in the OCI runtime spec and the NRI pod
+	proc      string // entry under /proc/<pid>/ns
+	cloneFlag int    // for setns and clone
+	// initInode is the inode number of the host's (initial) namespace
+	// of this kind on nsfs, fixed by the kernel (include/linux/proc_ns.h:
+	// IPC, UTS and user since 3.8, network since 6.x; older kernels give
+	// the initial network namespace a number of 0xF0000000 or more, so
+	// the constant never matches another namespace).
+	initInode uint64
+	// exact and prefixes follow Kubernetes' and runc's lists.
+	exact    []string
+	prefixes []string
+}
+
+var namespaceKinds = [...]namespaceKind{
+	Net:  {oci: "network", proc: "net", cloneFlag: unix.CLONE_NEWNET, initInode: 0xEFFFFFF9, prefixes: []string{"net."}},
+	IPC:  {oci: "ipc", proc: "ipc", cloneFlag: unix.CLONE_NEWIPC, initInode: 0xEFFFFFFF, exact: []string{"kernel.sem"}, prefixes: []string{"kernel.shm", "kernel.msg", "fs.mqueue."}},
+	UTS:  {oci: "uts", proc: "uts", cloneFlag: unix.CLONE_NEWUTS, initInode: 0xEFFFFFFE, exact: []string{"kernel.domainname"}},
+	User: {oci: "user", proc: "user", cloneFlag: unix.CLONE_NEWUSER, initInode: 0xEFFFFFFD, prefixes: []string{"user."}},
+}
+
+func (n Namespace) kind() (namespaceKind, bool) {
+	if n <= NotNamespaced || int(n) >= len(namespaceKinds) {
+		return namespaceKind{}, false
+	}
+	return namespaceKinds[n], true
+}
+
 // String gives the OCI namespace type name ("network", "ipc", ...).
 func (n Namespace) String() string {
-	switch n {
-	case Net:
-		return "network"
-	case IPC:
-		return "ipc"
-	case UTS:
-		return "uts"
-	case User:
-		return "user"
+	if k, ok := n.kind(); ok {
+		return k.oci
 	}
 	return "none"
 }
 
-// ipcExact and ipcPrefixes follow Kubernetes' and runc's lists of IPC
-// namespaced sysctls.
-var (
-	ipcExact    = map[string]bool{"kernel.sem": true}
-	ipcPrefixes = []string{"kernel.shm", "kernel.msg", "fs.mqueue."}
-)
+// ProcName is the namespace's entry under /proc/<pid>/ns ("net", "ipc",
+// ...), or "" for NotNamespaced.
+func (n Namespace) ProcName() string {
+	k, _ := n.kind()
+	return k.proc
+}
+
+// CloneFlag is the namespace's CLONE_NEW* flag, or 0 for NotNamespaced.
+func (n Namespace) CloneFlag() int {
+	k, _ := n.kind()
+	return k.cloneFlag
+}
+
+// InitialInode is the nsfs inode number of the host's namespace of this
+// kind, or 0 for NotNamespaced.
+func (n Namespace) InitialInode() uint64 {
+	k, _ := n.kind()
+	return k.initInode
+}
+
+// NamespaceByOCIName finds a namespace by its OCI type name, as the NRI pod
+// sandbox lists them; ok is false for kinds no sysctl belongs to (pid,
+// mount, cgroup, ...).
+func NamespaceByOCIName(name string) (ns Namespace, ok bool) {
+	for n := Net; int(n) < len(namespaceKinds); n++ {
+		if namespaceKinds[n].oci == name {
+			return n, true
+		}
+	}
+	return NotNamespaced, false
+}
 
 // NamespaceOf tells which namespace a normalized (dot-form) name belongs to.
 func NamespaceOf(name string) Namespace {
-	switch {
-	case strings.HasPrefix(name, "net."):
-		return Net
-	case strings.HasPrefix(name, "user."):
-		return User
-	case name == "kernel.domainname":
-		return UTS
-	case ipcExact[name]:
-		return IPC
-	}
-	for _, p := range ipcPrefixes {
-		if strings.HasPrefix(name, p) {
-			return IPC
+	for n := Net; int(n) < len(namespaceKinds); n++ {
+		k := namespaceKinds[n]
+		if slices.Contains(k.exact, name) {
+			return n
+		}
+		for _, p := range k.prefixes {
+			if strings.HasPrefix(name, p) {
+				return n
+			}
 		}
 	}
 	return NotNamespaced
@@ -160,6 +210,17 @@ func ProbeName(name string) string {
 	return name
 }
 
+// ErrMissing marks a sysctl that a fresh pod namespace does not have.
+var ErrMissing = errors.New("does not exist in a fresh pod namespace on this kernel")
+
+// ErrReadOnly marks a sysctl that a fresh pod namespace has but that cannot
+// be set there (net.core.rmem_max, for one, on 6.x kernels).
+var ErrReadOnly = errors.New("is read-only inside a pod's namespace on this kernel (only the host's value can be changed; use /etc/sysctl.d)")
+
+// ErrNotASysctl marks a name that is a /proc/sys directory ("net.ipv4"),
+// which passes ValidateName but cannot hold a value.
+var ErrNotASysctl = errors.New("is a directory, not a sysctl")
+
 // Sysctl is one normalized name and its value.
 type Sysctl struct {
 	key, value string
@@ -194,4 +255,27 @@ func ValidateNamespaced(name string) error {
 		return fmt.Errorf("%s is not namespaced: setting it from a pod would change the whole node; set it on the host with /etc/sysctl.d instead", name)
 	}
 	return nil
+}
+
+// Writer is who writes a pod's sysctls. In a pod with its own user
+// namespace the kernel lets different keys through for each.
+type Writer int
+
+const (
+	// WriterInPod is runc, writing as the root of the pod's user
+	// namespace (spec mode).
+	WriterInPod Writer = iota
+	// WriterHost is the plugin, writing as host root from the host's
+	// user namespace (namespace mode).
+	WriterHost
+)
+
+func (w Writer) String() string {
+	switch w {
+	case WriterInPod:
+		return "runc in the pod"
+	case WriterHost:
+		return "host root"
+	}
+	return fmt.Sprintf("Writer(%d)", int(w))
 }

@@ -2,10 +2,13 @@ package sysctl
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestNormalize(t *testing.T) {
@@ -93,6 +96,56 @@ func TestNamespaceString(t *testing.T) {
 		if got := tt.ns.String(); got != tt.want {
 			t.Errorf("Namespace(%d).String() = %q, want %q", int(tt.ns), got, tt.want)
 		}
+	}
+}
+
+// The table's names and flags must be the kernel's and the OCI spec's: a
+// typo here would send a write to the wrong namespace.
+func TestNamespaceTable(t *testing.T) {
+	tests := []struct {
+		ns        Namespace
+		oci, proc string
+		flag      int
+	}{
+		{Net, "network", "net", unix.CLONE_NEWNET},
+		{IPC, "ipc", "ipc", unix.CLONE_NEWIPC},
+		{UTS, "uts", "uts", unix.CLONE_NEWUTS},
+		{User, "user", "user", unix.CLONE_NEWUSER},
+	}
+	for _, tt := range tests {
+		if got, ok := NamespaceByOCIName(tt.oci); !ok || got != tt.ns {
+			t.Errorf("NamespaceByOCIName(%q) = %v, %v; want %v", tt.oci, got, ok, tt.ns)
+		}
+		if got := tt.ns.ProcName(); got != tt.proc {
+			t.Errorf("%v.ProcName() = %q, want %q", tt.ns, got, tt.proc)
+		}
+		if _, err := os.Lstat("/proc/self/ns/" + tt.ns.ProcName()); err != nil {
+			t.Errorf("%v: %v", tt.ns, err)
+		}
+		if got := tt.ns.CloneFlag(); got != tt.flag {
+			t.Errorf("%v.CloneFlag() = %#x, want %#x", tt.ns, got, tt.flag)
+		}
+	}
+	for _, name := range []string{"pid", "mount", "cgroup", "net", "", "none"} {
+		if ns, ok := NamespaceByOCIName(name); ok {
+			t.Errorf("NamespaceByOCIName(%q) = %v, want none", name, ns)
+		}
+	}
+	// The host's namespaces, seen from pid 1, or from this process where
+	// pid 1 is out of reach (the tests run in the host's namespaces).
+	for _, ns := range []Namespace{Net, IPC, UTS, User} {
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/1/ns/"+ns.ProcName(), &st); err != nil {
+			if err := unix.Stat("/proc/self/ns/"+ns.ProcName(), &st); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st.Ino != ns.InitialInode() {
+			t.Errorf("%v.InitialInode() = %#x, the host's is %#x", ns, ns.InitialInode(), st.Ino)
+		}
+	}
+	if NotNamespaced.ProcName() != "" || NotNamespaced.CloneFlag() != 0 || Namespace(99).CloneFlag() != 0 || NotNamespaced.InitialInode() != 0 {
+		t.Error("NotNamespaced has a /proc name or a clone flag")
 	}
 }
 
@@ -343,7 +396,7 @@ func FuzzNormalize(f *testing.F) {
 			return
 		}
 		for _, r := range n {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("._/-", r)) {
+			if (r < 'a' || r > 'z') && (r < '0' || r > '9') && !strings.ContainsRune("._/-", r) {
 				t.Fatalf("ValidateName accepted %q with %q", n, r)
 			}
 		}

@@ -1,12 +1,16 @@
-package sysctl
+package probe
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
 )
 
 func needRoot(t *testing.T) {
@@ -25,7 +29,7 @@ func readlink(t *testing.T, path string) string {
 	return l
 }
 
-func TestProbeKernel(t *testing.T) {
+func TestKernel(t *testing.T) {
 	needRoot(t)
 	// A fresh network namespace has fewer net.core keys than the host's:
 	// netdev_max_backlog is only in the initial one (checked on 6.x).
@@ -53,46 +57,89 @@ func TestProbeKernel(t *testing.T) {
 		"kernel.shmbogus",
 		// Present in a fresh netns but read-only there (6.x).
 		"net.core.rmem_max",
+		// Directories pass sysctl.ValidateName; only the probe can
+		// tell they hold no value.
+		"net.ipv4",
+		"net.core",
+		"net.ipv4.conf.default",
 		// Not namespaced: not probed, even when missing.
 		"vm.no_such_key",
 		"kernel.core_pattern",
 	}
-	missing, err := ProbeKernel(names)
+	missing, err := Kernel(names)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]error{
-		"net.ipv4.tcp_keepalive_tme":        ErrMissing,
-		"net.core.netdev_max_backlog":       ErrMissing,
-		"net.ipv4.neigh.default.gc_thresh1": ErrMissing,
-		"net.ipv4.neigh.eth0.gc_thresh1":    ErrMissing,
-		"kernel.shmbogus":                   ErrMissing,
-		"net.core.rmem_max":                 ErrReadOnly,
+		"net.ipv4.tcp_keepalive_tme":        sysctl.ErrMissing,
+		"net.core.netdev_max_backlog":       sysctl.ErrMissing,
+		"net.ipv4.neigh.default.gc_thresh1": sysctl.ErrMissing,
+		"net.ipv4.neigh.eth0.gc_thresh1":    sysctl.ErrMissing,
+		"kernel.shmbogus":                   sysctl.ErrMissing,
+		"net.core.rmem_max":                 sysctl.ErrReadOnly,
+		"net.ipv4":                          sysctl.ErrNotASysctl,
+		"net.core":                          sysctl.ErrNotASysctl,
+		"net.ipv4.conf.default":             sysctl.ErrNotASysctl,
 	}
 	if !reflect.DeepEqual(missing, want) {
-		t.Errorf("ProbeKernel missing = %v, want %v", missing, want)
+		t.Errorf("Kernel refused = %v, want %v", missing, want)
 	}
 }
 
-func TestProbeKernelNoNames(t *testing.T) {
+// Only a regular file that opens for writing passes; any other outcome is a
+// refusal with its reason, never a silent pass.
+func TestKernelRefusal(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writable := filepath.Join(t.TempDir(), "writable")
+	if err := os.WriteFile(writable, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path string
+		want error // nil: passes
+	}{
+		{writable, nil},
+		{t.TempDir(), sysctl.ErrNotASysctl},
+		{"/dev/null", errNotRegular},
+		{"/proc/sys/net/no_such_key", sysctl.ErrMissing},
+		// A running program cannot be opened for writing: ETXTBSY is
+		// not one of the expected errors, and must not pass.
+		{self, unix.ETXTBSY},
+	}
+	for _, tt := range tests {
+		got := kernelRefusal(tt.path)
+		if (tt.want == nil) != (got == nil) || (tt.want != nil && !errors.Is(got, tt.want)) {
+			t.Errorf("kernelRefusal(%s) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+	const wantBusy = "cannot be opened for writing in a fresh pod namespace: text file busy"
+	if got := kernelRefusal(self); got == nil || got.Error() != wantBusy {
+		t.Errorf("kernelRefusal(%s) = %v, want %q", self, got, wantBusy)
+	}
+}
+
+func TestKernelNoNames(t *testing.T) {
 	needRoot(t)
-	missing, err := ProbeKernel(nil)
+	missing, err := Kernel(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if missing == nil || len(missing) != 0 {
-		t.Errorf("ProbeKernel(nil) = %#v, want an empty map", missing)
+		t.Errorf("Kernel(nil) = %#v, want an empty map", missing)
 	}
 }
 
 // The probe must run on a thread that dies afterwards: no thread of this
 // process may stay in the throw-away namespaces.
-func TestProbeKernelLeavesNamespaces(t *testing.T) {
+func TestKernelLeavesNamespaces(t *testing.T) {
 	needRoot(t)
 	want := readlink(t, "/proc/self/ns/net")
 	wantIPC := readlink(t, "/proc/self/ns/ipc")
 	for i := 0; i < 20; i++ {
-		if _, err := ProbeKernel([]string{"net.core.somaxconn"}); err != nil {
+		if _, err := Kernel([]string{"net.core.somaxconn"}); err != nil {
 			t.Fatal(err)
 		}
 	}

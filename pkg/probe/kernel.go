@@ -1,0 +1,83 @@
+// Package probe asks the running kernel which sysctls a pod can be given.
+// It needs root: it creates throw-away namespaces, and the user namespace
+// probe re-executes this binary (see IsHelper).
+package probe
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel checks that each normalized name exists, and can be set,
+// inside fresh network, IPC and UTS namespaces. Host files are no guide:
+// many net.* keys exist on the host but not in a new network namespace, and
+// some exist there read-only. It returns the names that cannot be set,
+// each with its reason (sysctl.ErrMissing, sysctl.ErrReadOnly,
+// sysctl.ErrNotASysctl or the open error), and an error if the probe itself
+// could not run, for example without CAP_SYS_ADMIN. It satisfies
+// config.KernelChecker.
+func Kernel(names []string) (refused map[string]error, err error) {
+	nsthread.Run(func() {
+		if err = unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+			err = fmt.Errorf("kernel probe: cannot create throw-away namespaces (needs root): %w; use --skip-kernel-check to leave the kernel probe out", err)
+			return
+		}
+		refused = map[string]error{}
+		for _, name := range names {
+			if sysctl.NamespaceOf(name) == sysctl.NotNamespaced {
+				continue
+			}
+			if why := kernelRefusal(sysctl.Path(sysctl.ProbeName(name))); why != nil {
+				refused[name] = why
+			}
+		}
+	})
+	return refused, err
+}
+
+// kernelRefusal says why the sysctl file at path cannot be set in a fresh
+// pod namespace, or returns nil when it can.
+func kernelRefusal(path string) error {
+	err := checkWritable(path)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOENT):
+		return sysctl.ErrMissing
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return sysctl.ErrReadOnly
+	case errors.Is(err, unix.EISDIR):
+		return sysctl.ErrNotASysctl
+	case errors.Is(err, errNotRegular):
+		return err
+	}
+	return fmt.Errorf("cannot be opened for writing in a fresh pod namespace: %w", err)
+}
+
+// errNotRegular marks a path that opened but is not a regular file, so not
+// a sysctl.
+var errNotRegular = errors.New("is not a regular file, so not a sysctl")
+
+// checkWritable opens path for writing, as the pod's writer will, and
+// closes it: the kernel checks sysctl permissions at open, so nothing is
+// written. Only a regular file passes; the error is the open's errno
+// otherwise.
+func checkWritable(path string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return errNotRegular
+	}
+	return nil
+}

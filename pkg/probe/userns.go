@@ -1,0 +1,201 @@
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
+)
+
+// ErrHiddenInUserNamespace marks a key that namespaces owned by a user
+// namespace do not have (net.core.xfrm_*, net.ipv6.route.* on 6.x).
+var ErrHiddenInUserNamespace = errors.New("does not exist in a namespace that a user namespace owns")
+
+// ErrDeniedInUserNamespace marks a key that the kernel will not let a
+// writer set in namespaces owned by a user namespace: kernel.domainname to
+// the pod's root (the UTS table belongs to host root), kernel.msgmax to host
+// root (IPC keys belong to the namespace owner's root; capabilities do not
+// help).
+var ErrDeniedInUserNamespace = errors.New("permission denied")
+
+// ErrUserNamespacesDisabled marks a node that lets no more user (or
+// network, IPC, UTS) namespaces be created, as with user.max_user_namespaces
+// set to 0: no pod can have one there either.
+var ErrUserNamespacesDisabled = errors.New("this node lets no user namespace be created (user.max_user_namespaces)")
+
+// helperTimeout bounds one run of the helper; UserNamespace retries once.
+const helperTimeout = 5 * time.Second
+
+// UserNamespace reports which namespaced sysctls the kernel refuses, in a
+// pod with its own user namespace, to each writer: runc inside the pod
+// (spec mode) and the plugin as host root (namespace mode). Each refused
+// name comes with its reason. Names the kernel probe would refuse in any
+// pod are its business; the caller should leave them out.
+//
+// A re-executed copy of this binary (see IsHelper) creates user, network,
+// IPC and UTS namespaces, with its root mapped to a host uid that is not
+// root, and opens each name for writing as that root; then this process,
+// as host root, enters those namespaces and does the same. The helper is
+// stopped after helperTimeout and run once more if it fails; an error
+// means there is no result, never a partial one.
+func UserNamespace(names []string) (map[sysctl.Writer]map[string]error, error) {
+	var probed []string
+	for _, name := range names {
+		switch sysctl.NamespaceOf(name) {
+		case sysctl.Net, sysctl.IPC, sysctl.UTS:
+			probed = append(probed, name)
+		}
+	}
+	refused, err := runHelper(helperArg0, helperTimeout, probed)
+	if errors.Is(err, ErrUserNamespacesDisabled) {
+		return nil, fmt.Errorf("user namespace probe: %w", err)
+	}
+	if err != nil {
+		// Once more: the helper may have been killed from outside, or
+		// been slow on a loaded node.
+		if refused, err = runHelper(helperArg0, helperTimeout, probed); err != nil {
+			return nil, fmt.Errorf("user namespace probe, run twice: %w", err)
+		}
+	}
+	return refused, nil
+}
+
+// runHelper runs the helper under arg0 (tests run others) once, and stops
+// it after timeout.
+func runHelper(arg0 string, timeout time.Duration, names []string) (map[sysctl.Writer]map[string]error, error) {
+	refused := map[sysctl.Writer]map[string]error{sysctl.WriterInPod: {}, sysctl.WriterHost: {}}
+	if len(names) == 0 {
+		return refused, nil
+	}
+	// The helper's Pdeathsig fires when the forking thread exits, and
+	// nsthread ends threads on purpose: fork from a thread that nothing
+	// else runs on until the helper is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd, err := newHelper(ctx, arg0)
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := startHelper(cmd); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return nil, fmt.Errorf("%w: starting the helper: %w", ErrUserNamespacesDisabled, err)
+		}
+		return nil, fmt.Errorf("starting the helper: %w", err)
+	}
+	convErr := converse(cmd.Process.Pid, stdin, stdout, names, refused)
+	// Done or failed, the helper now only holds its namespaces: kill it
+	// rather than wait for a clean exit (a race-detector build sleeps a
+	// second on exit).
+	cmd.Process.Kill()
+	waitErr := cmd.Wait()
+	switch {
+	case convErr == nil:
+		return refused, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("the helper did not finish within %s", timeout)
+	}
+	return nil, fmt.Errorf("%w (helper: %w: %s)", convErr, waitErr, strings.TrimSpace(stderr.String()))
+}
+
+// converse sends the names, reads the helper's refusals (runc's view),
+// then checks host root's view in the namespaces the helper holds.
+func converse(pid int, stdin io.Writer, stdout io.Reader, names []string, refused map[sysctl.Writer]map[string]error) error {
+	asked := make(map[string]bool, len(names))
+	var req strings.Builder
+	for _, name := range names {
+		asked[name] = true
+		req.WriteString(name + "\n")
+	}
+	req.WriteString("\n")
+	if _, err := io.WriteString(stdin, req.String()); err != nil {
+		return fmt.Errorf("sending names to the helper: %w", err)
+	}
+	sc := bufio.NewScanner(stdout)
+	ready := false
+	for sc.Scan() {
+		line := sc.Text()
+		if line == helperReady {
+			ready = true
+			break
+		}
+		fields := strings.Split(line, "\t")
+		var openErr error
+		if len(fields) == 3 && fields[0] == helperRefused && asked[fields[1]] {
+			openErr = decodeOpenError(fields[2])
+		}
+		if openErr == nil {
+			return fmt.Errorf("unexpected line from the helper: %q", line)
+		}
+		refused[sysctl.WriterInPod][fields[1]] = userNamespaceRefusal(sysctl.WriterInPod, openErr)
+	}
+	if !ready {
+		return fmt.Errorf("the helper ended before reporting")
+	}
+	var hostErr error
+	nsthread.Run(func() { hostErr = probeAsHost(pid, names, refused[sysctl.WriterHost]) })
+	return hostErr
+}
+
+// probeAsHost enters the helper's namespaces, on a thread that nsthread
+// throws away afterwards, and opens each name for writing as host root.
+// The helper is this process's child, not yet reaped: its pid cannot
+// name another process.
+func probeAsHost(pid int, names []string, refused map[string]error) error {
+	for _, ns := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS} {
+		path := "/proc/" + strconv.Itoa(pid) + "/ns/" + ns.ProcName()
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening the helper's %s namespace: %w", ns, err)
+		}
+		err = unix.Setns(fd, ns.CloneFlag())
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("entering the helper's %s namespace: %w", ns, err)
+		}
+	}
+	for _, name := range names {
+		if err := checkWritable(sysctl.Path(sysctl.ProbeName(name))); err != nil {
+			refused[name] = userNamespaceRefusal(sysctl.WriterHost, err)
+		}
+	}
+	return nil
+}
+
+// userNamespaceRefusal turns the error of an open for writing into the
+// reason the writer cannot set the key.
+func userNamespaceRefusal(w sysctl.Writer, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return ErrHiddenInUserNamespace
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return ErrDeniedInUserNamespace
+	case errors.Is(err, unix.EISDIR):
+		return sysctl.ErrNotASysctl
+	case errors.Is(err, errNotRegular):
+		return err
+	}
+	return fmt.Errorf("cannot be opened for writing by %s: %w", w, err)
+}
