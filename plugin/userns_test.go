@@ -66,7 +66,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	if got := adj.GetLinux().GetSysctl(); !reflect.DeepEqual(got, wantSpec) {
 		t.Errorf("spec mode sets %v, want %v", got, wantSpec)
 	}
-	if got, want := annotation(adj, annotationSkipped), "kernel.domainname (the kernel refuses it inside a user namespace)"; got != want {
+	if got, want := annotation(adj, annotationSkipped), "kernel.domainname (the kernel refuses it inside a user namespace when runc in the pod writes it)"; got != want {
 		t.Errorf("spec mode skips %q, want %q", got, want)
 	}
 

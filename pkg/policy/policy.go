@@ -230,7 +230,9 @@ func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input)
 		return ReasonHostNamespace + " (" + ns.String() + ")"
 	}
 	if refusedInUserNS && in.Pod.Own.Has(sysctl.User) {
-		return ReasonUserNamespace
+		// Which writer was refused: runc in the pod (spec mode) and host
+		// root (namespace mode) are refused different keys.
+		return ReasonUserNamespace + " when " + in.Writer.String() + " writes it"
 	}
 	if _, own := in.PodOwn[key]; own {
 		return ReasonPodOwn
