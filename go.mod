@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/containerd/containerd/api v1.12.0
 	github.com/containerd/nri v0.12.5
+	github.com/containerd/ttrpc v1.2.9
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
@@ -16,13 +17,13 @@ require (
 
 require (
 	github.com/containerd/log v0.1.0 // indirect
-	github.com/containerd/ttrpc v1.2.9 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.55.0 // indirect
 	golang.org/x/text v0.37.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260226221140-a57be14db171 // indirect
