@@ -134,6 +134,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s))\n", *path, len(cfg.Sysctls), len(cfg.Rules))
+	printInheritance(stdout, cfg)
 	return 0
 }
 
