@@ -31,6 +31,8 @@ Usage:
   nri-sysctl [flags]                                  run the plugin
   nri-sysctl validate --config PATH [--skip-kernel-check]
                                                       check a config; exit 0 if valid, 1 with every problem
+  nri-sysctl import-crio PATH                         print a config with the default_sysctls of a CRI-O
+                                                      config; exit 1 if some were left out (as comments)
   nri-sysctl version                                  print the version
 
 Run flags:
@@ -70,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case "validate":
 			return runValidate(args[1:], stdout, stderr)
+		case "import-crio":
+			return runImportCRIO(args[1:], stdout, stderr)
 		}
 	}
 	opts, err := parseRunFlags(args, stderr)
@@ -138,6 +142,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s))\n", *path, len(cfg.Sysctls), len(cfg.Rules))
+	printInheritance(stdout, cfg)
 	return 0
 }
 

@@ -468,7 +468,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		writes = append(writes, write{target, formatApplied(list)})
 		var errs []nswrite.WriteError
 		for _, s := range list {
-			if target.NetNSPath == failNet && s.Key() == "kernel.msgmax" {
+			if target[sysctl.Net].Path == failNet && s.Key() == "kernel.msgmax" {
 				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
 			}
 		}
@@ -494,7 +494,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err := rt.runPod(pod); err != nil {
 			t.Fatal(err)
 		}
-		want := []write{{nswrite.Target{NetNSPath: "/var/run/netns/cni-good", IPCNSPath: "/proc/4242/ns/ipc", UTSNSPath: "/proc/4242/ns/uts"}, all}}
+		want := []write{{nswrite.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: 4242}, sysctl.UTS: {Pid: 4242}}, all}}
 		if got := takeWrites(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("writes at RunPodSandbox = %+v, want %+v", got, want)
 		}

@@ -22,6 +22,9 @@ import (
 // containerd must be reachable by a lookup, before the config, its policy
 // and its lookup are swapped in as one.
 func (p *plugin) applyConfig(cfg *config.Config) error {
+	if err := checkInheritanceExpanded(cfg); err != nil {
+		return err
+	}
 	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
 		refused, err := probeUserNamespace(keys)
 		if errors.Is(err, probe.ErrUserNamespacesDisabled) {
@@ -56,7 +59,9 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	if err := p.setMode(cfg); err != nil {
 		return err
 	}
+	prev := p.current.Load().cfg
 	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: lookup})
+	logInheritance(p.log, prev, cfg)
 	return nil
 }
 
@@ -90,7 +95,7 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 	if err := p.applyConfig(cfg); err != nil {
 		return err
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "rules": len(cfg.Rules)}).Info("config loaded")
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules)}).Info("config loaded")
 	return nil
 }
 
@@ -135,5 +140,5 @@ func (p *plugin) reload(path string) {
 		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
 		return
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "rules": len(cfg.Rules), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
 }

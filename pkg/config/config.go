@@ -25,8 +25,18 @@ const DefaultPath = "/etc/nri-sysctl/config.yaml"
 type Entry struct {
 	Key   string
 	Value string
-	Line  int
+	// Line is the line of the key, or of the inheritFromHost entry that
+	// brought a host value.
+	Line int
+	// Source is SourceHost for a value read from the host by
+	// inheritFromHost, and empty for a value the file sets.
+	Source string
+	// Pattern is the inheritFromHost entry that brought a host value.
+	Pattern string
 }
+
+// SourceHost marks an Entry whose value was read from the host.
+const SourceHost = "host"
 
 // Selector picks pods. In a rule every given field must match (AND); within
 // a list any item may match (OR). Globs use path.Match syntax.
@@ -68,6 +78,39 @@ type Config struct {
 	// from its probe (probe.UserNamespace) with, for each writer, the keys
 	// the kernel refuses it in a pod that has its own user namespace.
 	RefusedInUserNamespace map[sysctl.Writer]map[string]bool
+	// InheritFromHost lists the inheritFromHost entries in file order.
+	// The host values they bring are in Sysctls, with Source SourceHost.
+	InheritFromHost []Inheritance
+	// InheritExpanded tells whether InheritFromHost was expanded against
+	// the host. Parse expands it only with a KernelChecker: without the
+	// probe there is no telling which host keys a pod can be given.
+	InheritExpanded bool
+}
+
+// Inheritance is one inheritFromHost entry.
+type Inheritance struct {
+	// Pattern is a normalized name or glob.
+	Pattern string
+	Line    int
+	// Index is its place in the inheritFromHost list.
+	Index int
+	// Keys lists the keys it matched that a pod can be given, sorted,
+	// including keys that an explicit value in sysctls overrides.
+	Keys []string
+	// LeftOut counts the namespaced keys it matched that a pod cannot be
+	// given (see the README), such as keys a fresh pod namespace lacks.
+	LeftOut int
+}
+
+// Inherited returns the entries whose values come from the host.
+func (c *Config) Inherited() []Entry {
+	var out []Entry
+	for _, e := range c.Sysctls {
+		if e.Source == SourceHost {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Modes and error policies (see the README).
@@ -191,9 +234,10 @@ func (p *parser) parse(data []byte) bool {
 		return true
 	}
 	p.eachField(root, "", map[string]func(*yaml.Node, *yaml.Node){
-		"sysctls": func(k, v *yaml.Node) { p.cfg.Sysctls = p.sysctlMap(v, "sysctls") },
-		"rules":   func(k, v *yaml.Node) { p.rules(v) },
-		"exclude": func(k, v *yaml.Node) { p.cfg.Exclude = p.selector(v, "exclude") },
+		"sysctls":         func(k, v *yaml.Node) { p.cfg.Sysctls = p.sysctlMap(v, "sysctls") },
+		"inheritFromHost": func(k, v *yaml.Node) { p.cfg.InheritFromHost = p.inheritList(v) },
+		"rules":           func(k, v *yaml.Node) { p.rules(v) },
+		"exclude":         func(k, v *yaml.Node) { p.cfg.Exclude = p.selector(v, "exclude") },
 		"mode": func(k, v *yaml.Node) {
 			p.cfg.Mode = p.oneOf(v, "mode", ModeAuto, ModeSpec, ModeNamespace)
 		},
@@ -498,9 +542,16 @@ func (p *parser) containerdNamespace(n *yaml.Node, where string) string {
 	return v
 }
 
-// checkKernel probes every key once in throw-away namespaces.
+// checkKernel probes every key once in throw-away namespaces: the
+// configured ones and the host's candidates for inheritFromHost.
 func (p *parser) checkKernel(check KernelChecker) {
-	missing, err := check(p.cfg.AllKeys())
+	var host []hostMatch
+	names := p.cfg.AllKeys()
+	if len(p.cfg.InheritFromHost) > 0 {
+		host = p.matchHost()
+		names = withCandidates(names, host)
+	}
+	missing, err := check(names)
 	if err != nil {
 		p.fail(0, "", "%v", err)
 		return
@@ -519,6 +570,9 @@ func (p *parser) checkKernel(check KernelChecker) {
 	report("sysctls", p.cfg.Sysctls)
 	for i, r := range p.cfg.Rules {
 		report(fmt.Sprintf("rules[%d].sysctls", i), r.Sysctls)
+	}
+	if host != nil {
+		p.inherit(host, missing)
 	}
 }
 

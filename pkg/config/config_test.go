@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, mode, onError, rules, sysctls, userNamespaceRefused"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, mode, onError, rules, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -806,9 +807,12 @@ func FuzzLoad(f *testing.F) {
 		"sysctls:\n  net/../../kernel/core_pattern: \"|/bin/sh\"\n  kernel.core_pattern: x\n",
 		"sysctls: [\n",
 		"a: 1\n---\nb: 2\n",
+		"inheritFromHost: [\"net.ipv4.tcp_keepalive_*\", kernel.sem]\nsysctls: {net.core.somaxconn: 1}\n",
 	} {
 		f.Add([]byte(seed))
 	}
+	// A fixed host: what the fuzzer finds must not depend on this machine.
+	useFakeHost(f, fakeHost)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// A checker that finds every key missing: any config that comes
 		// back must then have no keys at all.
@@ -853,12 +857,20 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal("nil config and nil error")
 		}
 		checkConfig(t, cfg)
-		if keys := cfg.AllKeys(); len(keys) > 0 {
+		if keys := cfg.AllKeys(); len(keys) > 0 || len(cfg.InheritFromHost) > 0 {
+			// An inheritFromHost entry must bring a key too.
 			if err2 == nil {
-				t.Fatalf("keys %q all missing in the kernel, yet accepted", keys)
+				t.Fatalf("keys %q and inheritFromHost %+v all missing in the kernel, yet accepted", keys, cfg.InheritFromHost)
 			}
-			if !reflect.DeepEqual(asked, keys) {
+			// With inheritFromHost, the probe is also asked about
+			// the host's keys.
+			if len(cfg.InheritFromHost) == 0 && !reflect.DeepEqual(asked, keys) {
 				t.Fatalf("checker asked about %q, want %q", asked, keys)
+			}
+			for _, k := range keys {
+				if _, found := slices.BinarySearch(asked, k); !found {
+					t.Fatalf("checker asked about %q, not about %s", asked, k)
+				}
 			}
 		} else if err2 != nil || cfg2 == nil {
 			t.Fatalf("config without keys rejected by the checker: %v", err2)
