@@ -14,7 +14,7 @@ import (
 )
 
 // procSys is the host's /proc/sys; tests point it at a fake tree.
-var procSys fs.FS = os.DirFS("/proc/sys")
+var procSys = os.DirFS("/proc/sys")
 
 // globLeavesOut says why a glob does not bring a key, or "". Named
 // exactly, such a key is inherited like any other.
