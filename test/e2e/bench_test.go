@@ -264,14 +264,13 @@ type benchPlugin struct {
 	startup    time.Duration // exec to "registered with NRI"
 	mode       string
 	ready      chan struct{}
-	cacheLines atomic.Int64 // "pod cache: N pod(s), M pinned config(s)" lines seen
+	cacheLines atomic.Int64 // `msg="pod records" pods=N` lines seen
 	cacheLast  atomic.Int64 // N of the last one
-	pinnedLast atomic.Int64 // M of the last one
 }
 
 var (
-	cacheLineRE = regexp.MustCompile(`pod cache: (\d+) pod\(s\), (\d+) pinned config\(s\)`)
-	modeLineRE  = regexp.MustCompile(`registered with NRI \(mode (\w+)\)`)
+	cacheLineRE = regexp.MustCompile(`msg="pod records" pods=(\d+)`)
+	modeLineRE  = regexp.MustCompile(`msg="registered with NRI" mode=(\w+)`)
 )
 
 func startBenchPlugin(t *testing.T, c *cluster, name, bin string, args ...string) *benchPlugin {
@@ -315,9 +314,7 @@ func startBenchPlugin(t *testing.T, c *cluster, name, bin string, args ...string
 			}
 			if m := cacheLineRE.FindStringSubmatch(line); m != nil {
 				n, _ := strconv.ParseInt(m[1], 10, 64)
-				m2, _ := strconv.ParseInt(m[2], 10, 64)
 				bp.cacheLast.Store(n)
-				bp.pinnedLast.Store(m2)
 				bp.cacheLines.Add(1)
 			}
 			fmt.Fprintln(logFile, line)
@@ -839,9 +836,9 @@ func TestBenchChurn(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if bp.cacheLines.Load() == before {
-		t.Fatalf("the plugin logged no %q line on the last RemovePodSandbox (is it logging at debug level?)\n%s", "pod cache: ...", tail(bp.logPath, 20))
+		t.Fatalf("the plugin logged no %q line on the last RemovePodSandbox (is it logging at debug level?)\n%s", `msg="pod records"`, tail(bp.logPath, 20))
 	}
-	cacheEnd, pinnedEnd := bp.cacheLast.Load(), bp.pinnedLast.Load()
+	cacheEnd := bp.cacheLast.Load()
 	hwmEnd, rssEnd := bp.memory()
 
 	var b strings.Builder
@@ -856,16 +853,16 @@ func TestBenchChurn(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(&b, "| %d (all removed) | %d | %d |\n", total+1, rssEnd, hwmEnd)
-	fmt.Fprintf(&b, "\nAfter the last RemovePodSandbox the plugin holds: per-pod sysctl cache %d pod(s), pinned configs %d (%d RemovePodSandbox events logged).\n", cacheEnd, pinnedEnd, bp.cacheLines.Load())
+	fmt.Fprintf(&b, "\nAfter the last RemovePodSandbox the plugin holds %d pod record(s) (%d RemovePodSandbox events logged).\n", cacheEnd, bp.cacheLines.Load())
 	text := b.String()
 	t.Log("\n" + text)
 	writeBenchReport(t, "churn-"+c.version, text, map[string]any{
 		"containerd": c.version, "mode": bp.mode, "pods": total + 1, "workers": workers, "elapsed": elapsed.String(),
 		"start": churnSample{HWMKiB: hwm0, RSSKiB: rss0}, "samples": samples,
-		"end": churnSample{Pods: total + 1, HWMKiB: hwmEnd, RSSKiB: rssEnd, CacheAfter: cacheEnd}, "pinnedAfter": pinnedEnd,
+		"end": churnSample{Pods: total + 1, HWMKiB: hwmEnd, RSSKiB: rssEnd, CacheAfter: cacheEnd},
 	})
-	if cacheEnd != 0 || pinnedEnd != 0 {
-		t.Errorf("after every pod was removed the plugin still holds %d cached pod(s) and %d pinned config(s), want 0 and 0", cacheEnd, pinnedEnd)
+	if cacheEnd != 0 {
+		t.Errorf("after every pod was removed the plugin still holds %d pod record(s), want 0", cacheEnd)
 	}
 	bp.stopAndCheck(t)
 }
