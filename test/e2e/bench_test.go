@@ -281,7 +281,6 @@ func startBenchPlugin(t *testing.T, c *cluster, name, bin string, args ...string
 		ready:      make(chan struct{}),
 	}
 	bp.cacheLast.Store(-1)
-	bp.pinnedLast.Store(-1)
 	logFile, err := os.Create(bp.logPath)
 	if err != nil {
 		t.Fatal(err)
