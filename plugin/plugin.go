@@ -243,7 +243,7 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	}
 	rec.recordWrite(event, pending, errs)
 	if len(errs) == 0 {
-		if len(pending) > 0 {
+		if len(pending) > 0 && log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithField("sysctls", formatApplied(pending)).Debug("wrote into the pod's namespaces")
 		}
 		return nil
@@ -313,6 +313,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	annotate(adj, d.Apply, formatSkipped(d.Skipped), appliedOrNothing(d.Apply))
 	logDecision(log, d.Apply, formatSkipped(d.Skipped))
+	logSkippedKeys(log, d.Skipped)
 	return adj, nil, nil
 }
 
@@ -340,6 +341,7 @@ func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	adj := &api.ContainerAdjustment{}
 	annotate(adj, written, skipped, outcome)
 	logDecision(log, written, skipped)
+	logSkippedKeys(log, d.Skipped)
 	return adj, nil, nil
 }
 
@@ -471,7 +473,7 @@ func (p *plugin) ownSysctls(ctx context.Context, rec *podRecord, pod *api.PodSan
 	if err != nil {
 		if fresh {
 			log.WithError(err).Warn("cannot read the pod's own sysctls, so setting none (never override a pod's value); trying again at its next container")
-		} else {
+		} else if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithError(err).Debug("pod lookup failed again")
 		}
 		return own, false

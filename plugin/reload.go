@@ -24,9 +24,9 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
 		refused, err := sysctl.ProbeUserNamespace(keys)
 		if err != nil {
-			p.log.Warnf("cannot tell which sysctls user-namespace pods may set: %v", err)
+			p.log.WithError(err).Warn("cannot tell which sysctls user-namespace pods may set")
 		} else if len(refused) > 0 {
-			p.log.Infof("the kernel refuses %s inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail", strings.Join(slices.Sorted(maps.Keys(refused)), ", "))
+			p.log.WithField("keys", strings.Join(slices.Sorted(maps.Keys(refused)), ",")).Info("the kernel refuses these keys inside a user namespace; user-namespace pods get them only with userNamespaceRefused: fail")
 		}
 		cfg.RefusedInUserNamespace = refused
 	}
