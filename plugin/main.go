@@ -31,6 +31,12 @@ Usage:
   nri-sysctl [flags]                                  run the plugin
   nri-sysctl validate --config PATH [--skip-kernel-check]
                                                       check a config; exit 0 if valid, 1 with every problem
+  nri-sysctl explain --config PATH --namespace NS [--name NAME] [--label K=V]... [--runtime-handler H]
+                     [--host-network] [--host-ipc] [--host-uts] [--host-users=false] [--pod-sysctl K=V]...
+                     [--skip-kernel-check]
+                                                      what a pod with these attributes gets, key by key, and why
+  nri-sysctl audit [--containerd-address ADDR] [--containerd-namespace NS] [--config PATH] [--read]
+                                                      which running containers lack the node's defaults; exit 1 if any
   nri-sysctl version                                  print the version
 
 Run flags:
@@ -67,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case "validate":
 			return runValidate(args[1:], stdout, stderr)
+		case "explain":
+			return runExplain(args[1:], stdout, stderr)
 		}
 	}
 	opts, err := parseRunFlags(args, stderr)
