@@ -75,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runValidate(args[1:], stdout, stderr)
 		case "explain":
 			return runExplain(args[1:], stdout, stderr)
+		case "audit":
+			return runAudit(args[1:], stdout, stderr)
 		}
 	}
 	opts, err := parseRunFlags(args, stderr)
