@@ -54,21 +54,27 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "--read needs --config: the values to expect come from the config")
 		return auditFailed
 	}
-	var pol *policy.Policy
+	var cfg *config.Config
 	if *cfgPath != "" {
-		cfg, err := config.Load(*cfgPath, nil)
-		if err != nil {
+		var err error
+		if cfg, err = config.Load(*cfgPath, nil); err != nil {
 			fmt.Fprintln(stderr, err)
 			return auditFailed
 		}
-		pol = policy.Compile(cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	found, err := listRunning(ctx, *address, *namespace, pol != nil, stderr)
+	found, err := listRunning(ctx, *address, *namespace, cfg != nil, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", *address, err)
 		return auditFailed
+	}
+	var pol *policy.Policy
+	if cfg != nil {
+		if slices.ContainsFunc(found, func(c auditContainer) bool { return c.pod.decision.Pod.Own.User }) {
+			probeUserNamespaceRefusals(cfg, stderr)
+		}
+		pol = policy.Compile(cfg)
 	}
 	lines := make([]auditLine, 0, len(found))
 	for _, c := range found {
@@ -290,10 +296,12 @@ func verbosePid(info map[string]string) uint32 {
 // hostNetwork pod shares the host's UTS namespace too.
 func ownNamespaces(o *runtimeapi.NamespaceOption) policy.NamespaceSet {
 	return policy.NamespaceSet{
-		Net:  o.GetNetwork() != runtimeapi.NamespaceMode_NODE,
-		IPC:  o.GetIpc() != runtimeapi.NamespaceMode_NODE,
-		UTS:  o.GetNetwork() != runtimeapi.NamespaceMode_NODE,
-		User: o.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD,
+		Net: o.GetNetwork() != runtimeapi.NamespaceMode_NODE,
+		IPC: o.GetIpc() != runtimeapi.NamespaceMode_NODE,
+		UTS: o.GetNetwork() != runtimeapi.NamespaceMode_NODE,
+		// POD is the zero value: a pod without user namespace options
+		// has none of its own.
+		User: o.GetUsernsOptions() != nil && o.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD,
 	}
 }
 

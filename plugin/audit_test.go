@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 func TestAuditJudge(t *testing.T) {
@@ -124,5 +125,24 @@ func TestAuditFlags(t *testing.T) {
 	missing := t.TempDir() + "/none.sock"
 	if code := run([]string{"audit", "--containerd-address", missing, "--timeout", "5s"}, &stdout, &stderr); code != auditFailed || !strings.Contains(stderr.String(), missing) {
 		t.Errorf("no containerd: exit %d, %s", code, stderr.String())
+	}
+}
+
+func TestAuditOwnNamespaces(t *testing.T) {
+	tests := []struct {
+		name string
+		opts *runtimeapi.NamespaceOption
+		want policy.NamespaceSet
+	}{
+		{"ordinary pod", &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}, policy.NamespaceSet{Net: true, IPC: true, UTS: true}},
+		{"hostNetwork: the host's UTS too", &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}, policy.NamespaceSet{IPC: true}},
+		{"hostIPC", &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}, policy.NamespaceSet{Net: true, UTS: true}},
+		{"hostUsers: false", &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}, policy.NamespaceSet{Net: true, IPC: true, UTS: true, User: true}},
+		{"user namespace options saying NODE", &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}}, policy.NamespaceSet{Net: true, IPC: true, UTS: true}},
+	}
+	for _, tc := range tests {
+		if got := ownNamespaces(tc.opts); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -50,13 +50,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if !*skip && !*hostUsers {
-		// As the plugin does at start-up: keys the kernel refuses in a
-		// user namespace are left out for such pods.
-		if refused, err := sysctl.ProbeUserNamespace(cfg.AllKeys()); err != nil {
-			fmt.Fprintf(stderr, "warning: cannot tell which sysctls user-namespace pods may set: %v\n", err)
-		} else {
-			cfg.RefusedInUserNamespace = refused
-		}
+		probeUserNamespaceRefusals(cfg, stderr)
 	}
 	in := policy.Input{
 		Pod: policy.Pod{
@@ -80,6 +74,17 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, line)
 	}
 	return 0
+}
+
+// probeUserNamespaceRefusals finds, as the plugin does at start-up, the
+// keys the kernel refuses in a user namespace: they are left out for
+// user-namespace pods.
+func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) {
+	if refused, err := sysctl.ProbeUserNamespace(cfg.AllKeys()); err != nil {
+		fmt.Fprintf(stderr, "warning: cannot tell which sysctls user-namespace pods may set: %v\n", err)
+	} else {
+		cfg.RefusedInUserNamespace = refused
+	}
 }
 
 // explain is the report: one line per configured key (sorted, the order
