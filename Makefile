@@ -75,6 +75,8 @@ install: build
 	install -D -m 0644 systemd/nri-sysctl.service $(DESTDIR)/etc/systemd/system/nri-sysctl.service
 	install -D -m 0644 systemd/nri-sysctl-reload.path $(DESTDIR)/etc/systemd/system/nri-sysctl-reload.path
 	install -D -m 0644 systemd/nri-sysctl-reload.service $(DESTDIR)/etc/systemd/system/nri-sysctl-reload.service
+	install -D -m 0644 config/systemd/metrics.conf $(DESTDIR)$(PREFIX)/share/nri-sysctl/systemd/metrics.conf
+	sed -i 's#/usr/local/bin/nri-sysctl#$(PREFIX)/bin/nri-sysctl#g' $(DESTDIR)$(PREFIX)/share/nri-sysctl/systemd/metrics.conf
 	for f in config/containerd/*.toml; do \
 		install -D -m 0644 $$f $(DESTDIR)$(PREFIX)/share/nri-sysctl/containerd/$$(basename $$f) || exit 1; \
 	done

@@ -83,8 +83,18 @@ func benchContainer() *api.Container {
 
 // BenchmarkCreateContainerCached: spec mode, a container of a pod already
 // looked up (its second and later containers).
-func BenchmarkCreateContainerCached(b *testing.B) {
+func BenchmarkCreateContainerCached(b *testing.B) { benchCreateContainerCached(b, false) }
+
+// BenchmarkCreateContainerCachedMetrics is BenchmarkCreateContainerCached
+// with metrics on (--metrics-address): what counting costs per container.
+func BenchmarkCreateContainerCachedMetrics(b *testing.B) { benchCreateContainerCached(b, true) }
+
+func benchCreateContainerCached(b *testing.B, metricsOn bool) {
 	p := newBenchPlugin(b, "2.4.2")
+	if metricsOn {
+		p.meter.Store(p.newMetrics())
+		p.useFetcher(instantFetcher{})
+	}
 	ctx := context.Background()
 	pod, ctr := benchPodSandbox("p0"), benchContainer()
 	adj, _, err := p.CreateContainer(ctx, pod, ctr)
@@ -128,5 +138,21 @@ func BenchmarkPodLifecycleSpecMode(b *testing.B) {
 	}
 	if n := p.records.len(); n != 0 {
 		b.Fatalf("%d pod(s) left in the cache", n)
+	}
+}
+
+// BenchmarkMetricsDecided: what metrics on add to one container's
+// decision (15 keys applied, 1 skipped, as in the Cached benchmarks).
+func BenchmarkMetricsDecided(b *testing.B) {
+	p := newBenchPlugin(b, "2.4.2")
+	m := p.newMetrics()
+	rec := p.record(benchPodSandbox("p0"), "CreateContainer")
+	d, _, ok := p.decideForPod(context.Background(), rec, benchPodSandbox("p0"), nil)
+	if !ok || len(d.Apply) != 15 || len(d.Skipped) != 1 {
+		b.Fatalf("decision %+v: want 15 applied, 1 skipped", d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.decided("p0", outcomeApplied, d.Apply, d.Skipped, 0)
 	}
 }

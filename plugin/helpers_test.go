@@ -11,7 +11,7 @@ import (
 func (p *plugin) useFetcher(f podsysctl.Fetcher) {
 	p.connect = func(*config.Config) (podsysctl.Fetcher, error) { return f, nil }
 	cur := p.current.Load()
-	p.current.Store(&loaded{cfg: cur.cfg, policy: cur.policy, lookup: f})
+	p.current.Store(&loaded{cfg: cur.cfg, policy: cur.policy, lookup: p.meter.Load().meterLookups(f)})
 }
 
 // setConfig puts cfg in force without the probe or a mode change.

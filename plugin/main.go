@@ -33,6 +33,12 @@ Usage:
                                                       check a config; exit 0 if valid, 1 with every problem
   nri-sysctl import-crio PATH                         print a config with the default_sysctls of a CRI-O
                                                       config; exit 1 if some were left out (as comments)
+  nri-sysctl explain --config PATH --namespace NS [--name NAME] [--label K=V]... [--runtime-handler H]
+                     [--host-network] [--host-ipc] [--host-uts] [--host-users=false] [--pod-sysctl K=V]...
+                     [--skip-kernel-check]
+                                                      what a pod with these attributes gets, key by key, and why
+  nri-sysctl audit [--containerd-address ADDR] [--containerd-namespace NS] [--config PATH] [--read]
+                                                      which running containers lack the node's defaults; exit 1 if any
   nri-sysctl version                                  print the version
 
 Run flags:
@@ -45,6 +51,7 @@ type options struct {
 	pluginIdx           string
 	containerdAddress   string
 	containerdNamespace string
+	metricsAddress      string
 	// Set when the flag was given: it then wins over the config.
 	containerdAddressSet   bool
 	containerdNamespaceSet bool
@@ -74,6 +81,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runValidate(args[1:], stdout, stderr)
 		case "import-crio":
 			return runImportCRIO(args[1:], stdout, stderr)
+		case "explain":
+			return runExplain(args[1:], stdout, stderr)
+		case "audit":
+			return runAudit(args[1:], stdout, stderr)
 		}
 	}
 	opts, err := parseRunFlags(args, stderr)
@@ -100,6 +111,7 @@ func parseRunFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.pluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
 	fs.StringVar(&o.containerdAddress, "containerd-address", "/run/containerd/containerd.sock", "containerd gRPC socket, to look up pods' own sysctls")
 	fs.StringVar(&o.containerdNamespace, "containerd-namespace", "k8s.io", "containerd namespace of the CRI pods")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics and /healthz on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")
@@ -120,6 +132,10 @@ func parseRunFlags(args []string, stderr io.Writer) (options, error) {
 			o.containerdNamespaceSet = true
 		}
 	})
+	if err := checkMetricsAddress(o.metricsAddress); err != nil {
+		fmt.Fprintln(stderr, err)
+		return o, err
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
@@ -176,6 +192,8 @@ func runPlugin(o options, stderr io.Writer) int {
 
 	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
 	p.allowInsecureConfig = o.allowInsecureConfig
+	p.metricsListener.flag = o.metricsAddress
+	defer p.metricsListener.close()
 	parentPID := 0
 	if preinstalled {
 		parentPID = os.Getppid()
@@ -248,6 +266,9 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 		return false, fmt.Errorf("creating NRI stub: %w", err)
 	}
 	p.stub = s
+	// Configure marked the plugin registered (metrics.go); read the meter
+	// when the connection ends: Configure may have just started metrics.
+	defer func() { p.meter.Load().connected(false) }()
 	if err := s.Start(ctx); err != nil {
 		return false, fmt.Errorf("registering with NRI: %w", err)
 	}

@@ -80,6 +80,9 @@ type plugin struct {
 	modeLogged atomic.Bool
 	// writeNamespaces is swapped in tests.
 	writeNamespaces func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError
+	// meter counts for /metrics; nil while metrics are off (metrics.go).
+	meter           atomic.Pointer[metrics]
+	metricsListener metricsListener
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
@@ -142,6 +145,7 @@ func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion 
 		p.log.WithError(err).Error("refusing to register")
 		return 0, err
 	}
+	p.meter.Load().connected(true)
 	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "RemovePodSandbox"), nil
 }
 
@@ -241,8 +245,9 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 		errs = append(valueErrs, p.writeNamespaces(namespaceTarget(pod), values)...)
 	}
 	rec.recordWrite(event, pending, errs)
+	p.meter.Load().namespaceWritten(len(pending), len(errs))
 	if len(errs) == 0 {
-		if len(pending) > 0 {
+		if len(pending) > 0 && log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithField("sysctls", formatApplied(pending)).Debug("wrote into the pod's namespaces")
 		}
 		return nil
@@ -292,6 +297,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	log := p.podLog(pod).WithField("container", ctr.GetName())
 	if why := rec.cfg.policy.Excluded(podInfo(pod)); why != "" {
+		p.meter.Load().containerOutcome(outcomeExcluded)
 		if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithFields(logrus.Fields{"outcome": outcomeExcluded, "reason": why}).Debug("decision")
 		}
@@ -304,6 +310,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	d, _, ok := p.decideForPod(ctx, rec, pod, ctr.GetLinux().GetSysctl())
 	if !ok {
+		p.meter.Load().containerOutcome(outcomeLookupFailed)
 		return outcomeOnly(outcomeLookupFailed), nil, nil
 	}
 	adj := &api.ContainerAdjustment{}
@@ -311,7 +318,9 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		adj.SetLinuxSysctl(s.Key(), s.Value())
 	}
 	annotate(adj, d.Apply, formatSkipped(d.Skipped), appliedOrNothing(d.Apply))
+	p.meter.Load().decided(pod.GetId(), appliedOrNothing(d.Apply), d.Apply, d.Skipped, 0)
 	logDecision(log, d.Apply, formatSkipped(d.Skipped))
+	logSkippedKeys(log, d.Skipped)
 	return adj, nil, nil
 }
 
@@ -320,10 +329,12 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, log *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
 	if !ok {
+		p.meter.Load().containerOutcome(outcomeLookupFailed)
 		return outcomeOnly(outcomeLookupFailed), nil, nil
 	}
 	if rec.needsWrite() {
 		if err := p.writeIntoPod(ctx, rec, pod, d, own, "CreateContainer"); err != nil {
+			p.meter.Load().containerOutcome(outcomeWriteFailed)
 			return nil, nil, err
 		}
 	}
@@ -338,7 +349,9 @@ func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	}
 	adj := &api.ContainerAdjustment{}
 	annotate(adj, written, skipped, outcome)
+	p.meter.Load().decided(pod.GetId(), outcome, written, d.Skipped, len(errs))
 	logDecision(log, written, skipped)
+	logSkippedKeys(log, d.Skipped)
 	return adj, nil, nil
 }
 
@@ -409,6 +422,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.records.retain(func(id string) bool { return byID[id] != nil })
 	missing := lackingDefaults(p.current.Load().policy, byID, ctrs)
 	p.lacking.Store(int64(len(missing)))
+	p.meter.Load().synchronizedWith(missing)
 	if len(missing) > 0 {
 		p.log.WithField("containers", len(missing)).Warn("running containers lack the node's sysctl defaults: they were created while the plugin was not registered; they get them when their pod creates its next container")
 		for _, c := range missing {
@@ -454,6 +468,7 @@ func lackingDefaults(pol *policy.Policy, pods map[string]*api.PodSandbox, ctrs [
 // RemovePodSandbox drops the pod's record.
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	p.records.forget(pod.GetId())
+	p.meter.Load().podRemoved(pod.GetId())
 	// What the plugin keeps per pod, for the churn benchmark (make
 	// bench-churn): it must drop to 0 once every pod is removed.
 	if p.log.IsLevelEnabled(logrus.DebugLevel) {
@@ -470,7 +485,7 @@ func (p *plugin) ownSysctls(ctx context.Context, rec *podRecord, pod *api.PodSan
 	if err != nil {
 		if fresh {
 			log.WithError(err).Warn("cannot read the pod's own sysctls, so setting none (never override a pod's value); trying again at its next container")
-		} else {
+		} else if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithError(err).Debug("pod lookup failed again")
 		}
 		return own, false

@@ -56,11 +56,14 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	if err := p.serveMetrics(cfg); err != nil {
+		return err
+	}
 	if err := p.setMode(cfg); err != nil {
 		return err
 	}
 	prev := p.current.Load().cfg
-	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: lookup})
+	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: p.meter.Load().meterLookups(lookup)})
 	logInheritance(p.log, prev, cfg)
 	return nil
 }
@@ -136,6 +139,7 @@ func (p *plugin) reload(path string) {
 	if err == nil {
 		err = p.applyConfig(cfg)
 	}
+	p.meter.Load().reloaded(err)
 	if err != nil {
 		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
 		return

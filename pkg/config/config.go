@@ -4,10 +4,13 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"path"
 	"regexp"
 	"slices"
@@ -70,6 +73,12 @@ type Config struct {
 	// the only place to name a containerd socket other than the default.
 	ContainerdAddress   string
 	ContainerdNamespace string
+	// MetricsAddress, when set, is the host:port the plugin serves
+	// /metrics and /healthz on (the --metrics-address default).
+	MetricsAddress string
+	// TextSHA256 is the hex SHA-256 of the text the config was parsed
+	// from, so that metrics can tell which config is in force.
+	TextSHA256 string
 	// UserNamespaceRefused says what happens to a key the kernel will not
 	// let a user-namespace pod set: skip it (the default) or keep it, so
 	// that the pod fails and the operator hears of it.
@@ -178,6 +187,8 @@ type KernelChecker func(names []string) (map[string]error, error)
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
 	p := &parser{file: source, cfg: &Config{Source: source, Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}}
+	sum := sha256.Sum256(data)
+	p.cfg.TextSHA256 = hex.EncodeToString(sum[:])
 	parsed := p.parse(data)
 	// Probe even when other problems were found, so that one run lists
 	// every problem.
@@ -252,6 +263,9 @@ func (p *parser) parse(data []byte) bool {
 		},
 		"containerdNamespace": func(k, v *yaml.Node) {
 			p.cfg.ContainerdNamespace = p.containerdNamespace(v, "containerdNamespace")
+		},
+		"metricsAddress": func(k, v *yaml.Node) {
+			p.cfg.MetricsAddress = p.hostPort(v, "metricsAddress")
 		},
 	})
 	return true
@@ -525,6 +539,19 @@ func (p *parser) socketPath(n *yaml.Node, where string) string {
 	v, ok := p.optionalString(n, where)
 	if ok && !path.IsAbs(v) {
 		p.fail(n.Line, where, "%q is not an absolute path to containerd's socket", v)
+		return ""
+	}
+	return v
+}
+
+// hostPort is a TCP listen address: host:port, host may be empty.
+func (p *parser) hostPort(n *yaml.Node, where string) string {
+	v, ok := p.optionalString(n, where)
+	if !ok {
+		return ""
+	}
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		p.fail(n.Line, where, "%q is not host:port (e.g. 127.0.0.1:9465)", v)
 		return ""
 	}
 	return v

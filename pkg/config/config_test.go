@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,7 +18,7 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, mode, onError, rules, sysctls, userNamespaceRefused"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, rules, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -428,7 +430,7 @@ func TestParseNoOp(t *testing.T) {
 			t.Errorf("Parse(%q): %v", data, err)
 			continue
 		}
-		want := &Config{Source: "f.yaml", Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}
+		want := &Config{Source: "f.yaml", Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
 		// Present-but-empty fields may give empty, non-nil values.
 		if len(cfg.Sysctls) == 0 {
 			cfg.Sysctls = nil
@@ -523,6 +525,7 @@ func TestParseValid(t *testing.T) {
 		Mode:                 ModeNamespace,
 		OnError:              OnErrorWarn,
 		UserNamespaceRefused: RefusedSkip,
+		TextSHA256:           textDigest(data),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Parse =\n%+v\nwant\n%+v", cfg, want)
@@ -573,6 +576,7 @@ func TestLoadExample(t *testing.T) {
 		Mode:                 ModeAuto,
 		OnError:              OnErrorFail,
 		UserNamespaceRefused: RefusedSkip,
+		TextSHA256:           textDigest(string(readTestFile(t, "../../config/config.yaml"))),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Load =\n%+v\nwant\n%+v", cfg, want)
@@ -969,4 +973,49 @@ func TestParseContainerdTarget(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", tc.text, got, tc.want)
 		}
 	}
+}
+
+func TestParseMetricsAddress(t *testing.T) {
+	text := "metricsAddress: 127.0.0.1:9465\n"
+	cfg, err := Parse("f.yaml", []byte(text), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddress != "127.0.0.1:9465" {
+		t.Fatalf("got %q", cfg.MetricsAddress)
+	}
+	// The digest of the text, as sha256sum prints it.
+	if want := "854889d2bafc247fe6e471d6ffd91506dffbb85272083f95b2a5738925da96e3"; cfg.TextSHA256 != want {
+		t.Fatalf("TextSHA256 = %q, want %q", cfg.TextSHA256, want)
+	}
+	for _, tc := range []struct {
+		text string
+		want string
+	}{
+		{`metricsAddress: ""`, `f.yaml:1: metricsAddress: must not be empty`},
+		{`metricsAddress: 9465`, `f.yaml:1: metricsAddress: "9465" is not host:port (e.g. 127.0.0.1:9465)`},
+		{`metricsAddress: "127.0.0.1:"`, `f.yaml:1: metricsAddress: "127.0.0.1:" is not host:port (e.g. 127.0.0.1:9465)`},
+		{`metricsAddress: [":9465"]`, `f.yaml:1: metricsAddress: must be a string, got a list`},
+	} {
+		cfg, err := Parse("f.yaml", []byte(tc.text+"\n"), nil)
+		got := problems(t, cfg, err)
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.text, got, tc.want)
+		}
+	}
+}
+
+// textDigest is what TextSHA256 holds for text.
+func textDigest(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:])
+}
+
+func readTestFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

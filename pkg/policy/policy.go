@@ -298,3 +298,16 @@ func glob(pattern, s string) bool {
 // Excluded returns the exclusion criterion the pod meets, or "". It lets
 // callers skip the pod lookup for excluded pods.
 func (p *Policy) Excluded(pod Pod) string { return excludedBy(p.exclude, pod) }
+
+// MatchedRules names the rules that match the pod, in the order Decide
+// applies them (a later one overrides an earlier one key by key). It says
+// nothing of exclusion: an excluded pod gets nothing whatever matches.
+func (p *Policy) MatchedRules(pod Pod) []string {
+	var names []string
+	for _, r := range p.rules {
+		if matches(r.match, pod) {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}

@@ -353,3 +353,34 @@ func TestNamespaceSet(t *testing.T) {
 		t.Error("NotNamespaced must never be owned")
 	}
 }
+
+func TestMatchedRules(t *testing.T) {
+	p := Compile(mustConfig(t, `
+sysctls: {net.core.somaxconn: 1000}
+rules:
+  - name: web
+    match: {namespaces: ["web-*"]}
+    sysctls: {net.core.somaxconn: 2000}
+  - name: big
+    match: {labels: {backlog: big}}
+    sysctls: {net.core.somaxconn: 3000}
+  - sysctls: {net.ipv4.tcp_keepalive_time: 600}
+exclude:
+  namespaces: [kube-system]
+`))
+	tests := []struct {
+		pod  Pod
+		want []string
+	}{
+		{Pod{Namespace: "batch"}, []string{"rules[2]"}},
+		{Pod{Namespace: "web-a"}, []string{"web", "rules[2]"}},
+		{Pod{Namespace: "web-a", Labels: map[string]string{"backlog": "big"}}, []string{"web", "big", "rules[2]"}},
+		// Exclusion is Decide's business: the rules still match.
+		{Pod{Namespace: "kube-system", Labels: map[string]string{"backlog": "big"}}, []string{"big", "rules[2]"}},
+	}
+	for _, tc := range tests {
+		if got := p.MatchedRules(tc.pod); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%+v: matched %q, want %q", tc.pod, got, tc.want)
+		}
+	}
+}

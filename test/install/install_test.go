@@ -86,6 +86,8 @@ func expectedTree(t *testing.T, root, prefix string) map[string]fs.FileMode {
 		"/etc/systemd/system/nri-sysctl-reload.service": 0o644,
 		prefix + "/share/doc/nri-sysctl/README.md":      0o644,
 		prefix + "/share/doc/nri-sysctl/nri-sysctl.txt": 0o644,
+		// The drop-in that turns metrics on; not enabled by install.
+		prefix + "/share/nri-sysctl/systemd/metrics.conf": 0o644,
 	}
 	drops, err := filepath.Glob(filepath.Join(root, "config", "containerd", "*.toml"))
 	if err != nil || len(drops) == 0 {
@@ -178,6 +180,10 @@ func TestMakeInstall(t *testing.T) {
 			if unit != src {
 				t.Errorf("installed nri-sysctl.service differs from systemd/nri-sysctl.service beyond the binary path")
 			}
+			dropIn := string(readFile(t, filepath.Join(destdir, tc.want, "share/nri-sysctl/systemd/metrics.conf")))
+			if want := strings.ReplaceAll(string(readFile(t, filepath.Join(root, "config/systemd/metrics.conf"))), "/usr/local/bin/nri-sysctl", bin); dropIn != want {
+				t.Errorf("installed metrics.conf differs from config/systemd/metrics.conf beyond the binary path:\n%s", dropIn)
+			}
 
 			// The installed binary accepts the installed config without a
 			// kernel probe (the image build's kernel is not the node's).
@@ -246,6 +252,41 @@ func TestSystemdVerify(t *testing.T) {
 		t.Fatalf("systemd-analyze verify %s: %v\n%s", strings.Join(units, " "), err, out)
 	}
 	t.Logf("systemd-analyze verify: no findings on %d units", len(units))
+
+	// With the metrics drop-in (metrics.conf) in the unit's .d directory:
+	// still clean, and the merged unit may open TCP sockets, which the
+	// shipped unit alone may not.
+	dropInDir := filepath.Join(dir, "nri-sysctl.service.d")
+	if err := os.Mkdir(dropInDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	canUseTCP := func() bool {
+		t.Helper()
+		cmd := exec.Command("systemd-analyze", "security", "--offline=yes", units[0])
+		cmd.Dir = "/"
+		out, _ := cmd.CombinedOutput()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "RestrictAddressFamilies=~AF_(INET|INET6)") {
+				return strings.HasPrefix(strings.TrimSpace(line), "✗")
+			}
+		}
+		t.Fatalf("systemd-analyze security says nothing of AF_INET:\n%s", out)
+		return false
+	}
+	if canUseTCP() {
+		t.Fatal("the shipped unit may open TCP sockets: metrics should need the drop-in")
+	}
+	dropIn := strings.ReplaceAll(string(readFile(t, filepath.Join(destdir, "usr/share/nri-sysctl/systemd/metrics.conf"))), "/usr/bin/nri-sysctl", bin)
+	if err := os.WriteFile(filepath.Join(dropInDir, "metrics.conf"), []byte(dropIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(t, units[0]); err != nil || out != "" {
+		t.Fatalf("systemd-analyze verify with the metrics drop-in: %v\n%s", err, out)
+	}
+	if !canUseTCP() {
+		t.Fatal("with the metrics drop-in the unit still may not open TCP sockets: the listener would fail")
+	}
+	t.Logf("metrics drop-in: verify clean, TCP allowed only with it")
 
 	// Control: verify does catch mistakes in this setting.
 	bad := filepath.Join(t.TempDir(), "nri-sysctl.service")

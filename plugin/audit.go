@@ -1,0 +1,405 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Exit codes of audit: 1 is kept for "some container lacks the defaults",
+// so that a script can tell it from audit not being able to tell.
+const (
+	auditAllFine = 0
+	auditLacking = 1
+	auditFailed  = 2
+)
+
+// runAudit asks containerd (through CRI, on its socket) for the running
+// containers and tells, for each, whether it has the node's defaults.
+func runAudit(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("nri-sysctl audit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	address := fs.String("containerd-address", "/run/containerd/containerd.sock", "containerd's socket (it serves CRI too)")
+	namespace := fs.String("containerd-namespace", "k8s.io", "containerd namespace of the CRI pods, where pods' own sysctls are looked up as the plugin does")
+	cfgPath := fs.String("config", "", "the plugin's config: without it a container with no nri-sysctl annotation counts as lacking even in an excluded pod")
+	read := fs.Bool("read", false, "also read the live values in each pod's namespaces (needs --config and root)")
+	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		if err == nil {
+			fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+		}
+		return auditFailed
+	}
+	if *read && *cfgPath == "" {
+		fmt.Fprintln(stderr, "--read needs --config: the values to expect come from the config")
+		return auditFailed
+	}
+	var cfg *config.Config
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath, nil); err != nil {
+			fmt.Fprintln(stderr, err)
+			return auditFailed
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	found, err := listRunning(ctx, *address, *namespace, cfg != nil, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", *address, err)
+		return auditFailed
+	}
+	var pol *policy.Policy
+	if cfg != nil {
+		if slices.ContainsFunc(found, func(c auditContainer) bool { return c.pod.decision.Pod.Own.Has(sysctl.User) }) {
+			probeUserNamespaceRefusals(cfg, stderr)
+		}
+		pol = policy.Compile(cfg)
+	}
+	lines := make([]auditLine, 0, len(found))
+	for _, c := range found {
+		in := auditInput{annotations: c.annotations, policy: pol, decision: c.pod.decision}
+		if *read {
+			in.live = c.pod.liveValues(pol)
+		}
+		lines = append(lines, auditLine{c: c, verdict: judge(in)})
+	}
+	return printAudit(stdout, lines)
+}
+
+// auditInput is what audit knows of one running container.
+type auditInput struct {
+	// annotations of the container's OCI spec, where the plugin's are.
+	annotations map[string]string
+	// policy is nil without --config.
+	policy *policy.Policy
+	// decision is the pod as the plugin's decision sees it.
+	decision policy.Input
+	// live holds --read's values in the pod's namespaces, or why a key
+	// could not be read; nil without --read.
+	live map[string]liveValue
+}
+
+type liveValue struct {
+	value string
+	err   error
+}
+
+type verdict struct {
+	ok  bool
+	why string
+}
+
+// judge tells whether a container has the node's defaults. Live values,
+// when read, decide: they are what the container sees (a pod healed after
+// its first container keeps that container's missing annotation). Else
+// the plugin's annotation does, and for a container without one, the
+// config: an excluded pod, or one that would get nothing, lacks nothing.
+func judge(in auditInput) verdict {
+	var d policy.Decision
+	if in.policy != nil {
+		d = in.policy.Decide(in.decision)
+	}
+	if in.live != nil && in.policy != nil {
+		switch {
+		case d.Excluded != "":
+			return verdict{true, "excluded by " + d.Excluded}
+		case len(d.Apply) == 0:
+			return verdict{true, "nothing to apply"}
+		}
+		var wrong []string
+		for _, s := range d.Apply {
+			want := s.Value()
+			if s.Key() == "net.ipv4.ping_group_range" && in.decision.Pod.Own.Has(sysctl.User) {
+				// Read from the host's user namespace: host GIDs.
+				if host, err := policy.HostPingGroupRange(want, in.decision.GIDMappings); err == nil {
+					want = host
+				}
+			}
+			got := in.live[s.Key()]
+			switch {
+			case got.err != nil:
+				wrong = append(wrong, s.Key()+": cannot read: "+got.err.Error())
+			case sameValue(got.value, want):
+			default:
+				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.value, want))
+			}
+		}
+		if len(wrong) > 0 {
+			return verdict{false, "live values: " + strings.Join(wrong, "; ")}
+		}
+		return verdict{true, fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
+	}
+	outcome, annotated := in.annotations[annotationOutcome]
+	switch outcome {
+	case outcomeApplied, outcomeNothingToApply, outcomeExcluded:
+		return verdict{true, "outcome " + outcome}
+	case outcomeLookupFailed:
+		return verdict{false, "outcome lookup_failed: the plugin could not read the pod's own sysctls and set nothing"}
+	case outcomeWriteFailed:
+		return verdict{false, "outcome write_failed: some sysctls could not be written into the pod's namespaces"}
+	}
+	if annotated {
+		return verdict{false, fmt.Sprintf("unknown outcome %q", outcome)}
+	}
+	_, injected := in.annotations[annotationInjected]
+	_, skipped := in.annotations[annotationSkipped]
+	switch {
+	case injected || skipped:
+		return verdict{true, "annotated by an nri-sysctl without outcomes"}
+	case in.policy != nil && d.Excluded != "":
+		return verdict{true, "no annotation; excluded by " + d.Excluded}
+	case in.policy != nil && len(d.Apply) == 0:
+		return verdict{true, "no annotation; nothing to apply"}
+	}
+	return verdict{false, "no nri-sysctl annotation: created while the plugin was not registered"}
+}
+
+// sameValue compares sysctl values as the kernel prints them: fields may
+// be separated by tabs ("0\t2147483647") where the config has spaces.
+func sameValue(a, b string) bool {
+	return slices.Equal(strings.Fields(a), strings.Fields(b))
+}
+
+// auditPod is one ready pod sandbox.
+type auditPod struct {
+	id, namespace, name string
+	decision            policy.Input
+	// pid is a process in the pod's namespaces: the sandbox's, or else
+	// one of its running containers'.
+	pid uint32
+}
+
+type auditContainer struct {
+	pod         *auditPod
+	id, name    string
+	annotations map[string]string
+}
+
+type auditLine struct {
+	c       auditContainer
+	verdict verdict
+}
+
+// listRunning lists the running containers of ready pods through CRI. With
+// lookups, each pod's own sysctls are read from containerd as the plugin
+// reads them.
+func listRunning(ctx context.Context, address, namespace string, lookups bool, stderr io.Writer) ([]auditContainer, error) {
+	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	sandboxes, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("CRI ListPodSandbox: %w", err)
+	}
+	ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("CRI ListContainers: %w", err)
+	}
+	var lookup *podsysctl.Containerd
+	if lookups {
+		if lookup, err = podsysctl.NewContainerd(address, namespace); err != nil {
+			return nil, err
+		}
+		defer lookup.Close()
+	}
+	pods := map[string]*auditPod{}
+	for _, sb := range sandboxes.GetItems() {
+		status, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.GetId(), Verbose: true})
+		if err != nil {
+			return nil, fmt.Errorf("CRI PodSandboxStatus %s: %w", sb.GetId(), err)
+		}
+		pod := &auditPod{id: sb.GetId(), namespace: sb.GetMetadata().GetNamespace(), name: sb.GetMetadata().GetName(), pid: verbosePid(status.GetInfo())}
+		pod.decision.Pod = policy.Pod{
+			Namespace:      pod.namespace,
+			Name:           pod.name,
+			Labels:         sb.GetLabels(),
+			RuntimeHandler: sb.GetRuntimeHandler(),
+			Own:            ownNamespaces(status.GetStatus().GetLinux().GetNamespaces().GetOptions()),
+		}
+		if lookup != nil {
+			own, err := lookup.Fetch(ctx, pod.id)
+			if err != nil {
+				fmt.Fprintf(stderr, "warning: pod %s/%s: cannot read its own sysctls (%v); judging it as if it set none\n", pod.namespace, pod.name, err)
+			}
+			pod.decision.PodOwn, pod.decision.GIDMappings = own.Own, own.GIDMappings
+		}
+		pods[pod.id] = pod
+	}
+	var out []auditContainer
+	for _, c := range ctrs.GetContainers() {
+		pod := pods[c.GetPodSandboxId()]
+		if pod == nil {
+			continue // its pod is not ready: stopping
+		}
+		status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId(), Verbose: true})
+		if err != nil {
+			return nil, fmt.Errorf("CRI ContainerStatus %s: %w", c.GetId(), err)
+		}
+		var info struct {
+			Pid         uint32 `json:"pid"`
+			RuntimeSpec struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"runtimeSpec"`
+		}
+		if err := json.Unmarshal([]byte(status.GetInfo()["info"]), &info); err != nil {
+			return nil, fmt.Errorf("container %s: reading CRI's verbose info: %w", c.GetId(), err)
+		}
+		if pod.pid == 0 {
+			pod.pid = info.Pid
+		}
+		out = append(out, auditContainer{pod: pod, id: c.GetId(), name: c.GetMetadata().GetName(), annotations: info.RuntimeSpec.Annotations})
+	}
+	slices.SortFunc(out, func(a, b auditContainer) int {
+		return cmp.Or(cmp.Compare(a.pod.namespace, b.pod.namespace), cmp.Compare(a.pod.name, b.pod.name), cmp.Compare(a.name, b.name), cmp.Compare(a.id, b.id))
+	})
+	return out, nil
+}
+
+// verbosePid is the sandbox's pid from CRI's verbose info (containerd).
+func verbosePid(info map[string]string) uint32 {
+	var v struct {
+		Pid uint32 `json:"pid"`
+	}
+	_ = json.Unmarshal([]byte(info["info"]), &v)
+	return v.Pid
+}
+
+// ownNamespaces is the pod's namespaces as containerd makes them: a
+// hostNetwork pod shares the host's UTS namespace too.
+func ownNamespaces(o *runtimeapi.NamespaceOption) policy.NamespaceSet {
+	var own []sysctl.Namespace
+	if o.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		own = append(own, sysctl.Net, sysctl.UTS)
+	}
+	if o.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		own = append(own, sysctl.IPC)
+	}
+	// POD is the zero value: a pod without user namespace options has
+	// none of its own.
+	if o.GetUsernsOptions() != nil && o.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD {
+		own = append(own, sysctl.User)
+	}
+	return policy.Owning(own...)
+}
+
+// liveValues reads, once per pod, the values of the keys the decision
+// gives it, inside the pod's namespaces.
+func (p *auditPod) liveValues(pol *policy.Policy) map[string]liveValue {
+	d := pol.Decide(p.decision)
+	keys := make([]string, len(d.Apply))
+	for i, s := range d.Apply {
+		keys[i] = s.Key()
+	}
+	return readInNamespacesOf(p.pid, keys)
+}
+
+// readInNamespacesOf reads keys in the namespaces of process pid from a
+// throw-away OS thread (nsthread) that enters them with setns: read-only,
+// and no other goroutine ever runs there.
+func readInNamespacesOf(pid uint32, keys []string) map[string]liveValue {
+	out := make(map[string]liveValue, len(keys))
+	if pid == 0 {
+		for _, k := range keys {
+			out[k] = liveValue{err: errors.New("no process of the pod found")}
+		}
+		return out
+	}
+	nsthread.Run(func() {
+		entered := map[sysctl.Namespace]error{}
+		for _, k := range keys {
+			ns := sysctl.NamespaceOf(k)
+			err, done := entered[ns]
+			if !done {
+				err = enterNamespaceOf(pid, ns)
+				entered[ns] = err
+			}
+			if err != nil {
+				out[k] = liveValue{err: err}
+				continue
+			}
+			data, err := os.ReadFile(sysctl.Path(k))
+			out[k] = liveValue{value: strings.TrimSpace(string(data)), err: err}
+		}
+	})
+	return out
+}
+
+func enterNamespaceOf(pid uint32, ns sysctl.Namespace) error {
+	var name string
+	var flag int
+	switch ns {
+	case sysctl.Net:
+		name, flag = "net", unix.CLONE_NEWNET
+	case sysctl.IPC:
+		name, flag = "ipc", unix.CLONE_NEWIPC
+	case sysctl.UTS:
+		name, flag = "uts", unix.CLONE_NEWUTS
+	default:
+		// A multi-threaded process cannot enter a user namespace.
+		return fmt.Errorf("cannot read %s sysctls from another namespace", ns)
+	}
+	path := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/ns/" + name
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, flag); err != nil {
+		return fmt.Errorf("entering %s: %w", path, err)
+	}
+	return nil
+}
+
+// printAudit prints one line per container, then the lacking ones again
+// in a summary, and returns the exit code.
+func printAudit(w io.Writer, lines []auditLine) int {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tPOD\tCONTAINER\tID\tWHY")
+	var lacking []auditLine
+	for _, l := range lines {
+		status := "ok"
+		if !l.verdict.ok {
+			status = "LACKING"
+			lacking = append(lacking, l)
+		}
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", status, l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id, l.verdict.why)
+	}
+	tw.Flush()
+	if len(lacking) == 0 {
+		fmt.Fprintf(w, "all %d running container(s) have the node's defaults\n", len(lines))
+		return auditAllFine
+	}
+	fmt.Fprintf(w, "%d of %d running container(s) lack the node's defaults:\n", len(lacking), len(lines))
+	for _, l := range lacking {
+		fmt.Fprintf(w, "  %s/%s container %s (%s)\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id)
+	}
+	return auditLacking
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestAuditJudge(t *testing.T) {
+	pol := policy.Compile(mustParse(t, testConfig+`  labels: {nri-sysctl: "off"}
+`))
+	empty := policy.Compile(mustParse(t, ""))
+	own := policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
+	plain := policy.Input{Pod: policy.Pod{Namespace: "default", Name: "web", Own: own}}
+	excluded := policy.Input{Pod: policy.Pod{Namespace: "kube-system", Name: "dns", Own: own}}
+	hostBoth := policy.Input{Pod: policy.Pod{Namespace: "default", Name: "host", Own: policy.Owning(sysctl.UTS)}}
+	setsAll := plain
+	setsAll.PodOwn = map[string]string{"net.ipv4.tcp_keepalive_time": "1", "net.ipv4.tcp_keepalive_intvl": "2", "kernel.msgmax": "3"}
+	setsOne := plain
+	setsOne.PodOwn = map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"}
+	ann := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	defaults := map[string]liveValue{
+		"net.ipv4.tcp_keepalive_time": {value: "600"}, "net.ipv4.tcp_keepalive_intvl": {value: "60"}, "kernel.msgmax": {value: "16384"},
+	}
+	kernel := map[string]liveValue{
+		"net.ipv4.tcp_keepalive_time": {value: "7200"}, "net.ipv4.tcp_keepalive_intvl": {value: "75"}, "kernel.msgmax": {value: "8192"},
+	}
+	ownIntvl := map[string]liveValue{
+		"net.ipv4.tcp_keepalive_time": {value: "600"}, "net.ipv4.tcp_keepalive_intvl": {value: "33"}, "kernel.msgmax": {value: "16384"},
+	}
+	tests := []struct {
+		name    string
+		in      auditInput
+		wantOK  bool
+		wantWhy string
+	}{
+		// From the annotations.
+		{"applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied), decision: plain}, true, "outcome applied"},
+		{"nothing to apply", auditInput{annotations: ann(annotationOutcome, outcomeNothingToApply), decision: plain}, true, "outcome nothing_to_apply"},
+		{"excluded", auditInput{annotations: ann(annotationOutcome, outcomeExcluded), decision: plain}, true, "outcome excluded"},
+		{"lookup failed", auditInput{annotations: ann(annotationOutcome, outcomeLookupFailed), policy: pol, decision: plain}, false, "outcome lookup_failed"},
+		{"write failed", auditInput{annotations: ann(annotationOutcome, outcomeWriteFailed), policy: pol, decision: plain}, false, "outcome write_failed"},
+		{"unknown outcome", auditInput{annotations: ann(annotationOutcome, "maybe"), decision: plain}, false, `unknown outcome "maybe"`},
+		{"older plugin: injected only", auditInput{annotations: ann(annotationInjected, "kernel.msgmax=16384"), decision: plain}, true, "without outcomes"},
+		{"no annotation, no config", auditInput{annotations: ann("io.kubernetes.cri.container-type", "container"), decision: plain}, false, "no nri-sysctl annotation"},
+		{"no annotation, config: would get something", auditInput{policy: pol, decision: plain}, false, "no nri-sysctl annotation"},
+		{"no annotation, config: excluded namespace", auditInput{policy: pol, decision: excluded}, true, "no annotation; excluded by namespace kube-system"},
+		{"no annotation, config: hostNetwork and hostIPC", auditInput{policy: pol, decision: hostBoth}, true, "no annotation; nothing to apply"},
+		{"no annotation, config: pod sets every key", auditInput{policy: pol, decision: setsAll}, true, "nothing to apply"},
+		{"no annotation, empty config", auditInput{policy: empty, decision: plain}, true, "nothing to apply"},
+		// Live values decide over annotations.
+		{"live: defaults, though not annotated (healed)", auditInput{policy: pol, decision: plain, live: defaults}, true, "live values match (3 key(s))"},
+		{"live: kernel values, though annotated applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied), policy: pol, decision: plain, live: kernel},
+			false, "live values: kernel.msgmax=8192, want 16384; net.ipv4.tcp_keepalive_intvl=75, want 60; net.ipv4.tcp_keepalive_time=7200, want 600"},
+		{"live: the pod's own value is not expected", auditInput{policy: pol, decision: setsOne, live: ownIntvl}, true, "live values match (2 key(s))"},
+		{"live: a key that cannot be read", auditInput{policy: pol, decision: plain, live: map[string]liveValue{
+			"net.ipv4.tcp_keepalive_time": {value: "600"}, "net.ipv4.tcp_keepalive_intvl": {value: "60"}, "kernel.msgmax": {err: errors.New("permission denied")},
+		}}, false, "kernel.msgmax: cannot read: permission denied"},
+		{"live: excluded pod is not read", auditInput{policy: pol, decision: excluded, live: map[string]liveValue{}}, true, "excluded by namespace kube-system"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judge(tc.in)
+			if v.ok != tc.wantOK || !strings.Contains(v.why, tc.wantWhy) {
+				t.Errorf("judge = %+v, want ok=%v and %q", v, tc.wantOK, tc.wantWhy)
+			}
+		})
+	}
+}
+
+// Live values are compared as the kernel prints them (tabs between fields),
+// and ping_group_range in a user-namespace pod in host GIDs.
+func TestAuditJudgeLiveValueForms(t *testing.T) {
+	pol := policy.Compile(mustParse(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"))
+	pod := policy.Input{Pod: policy.Pod{Namespace: "default", Own: policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)}}
+	if v := judge(auditInput{policy: pol, decision: pod, live: map[string]liveValue{"net.ipv4.ping_group_range": {value: "0\t2147483647"}}}); !v.ok {
+		t.Errorf("tab-separated value: %+v", v)
+	}
+	userns := pod
+	userns.Pod.Own = userns.Pod.Own.With(sysctl.User)
+	userns.GIDMappings = []policy.IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	if v := judge(auditInput{policy: pol, decision: userns, live: map[string]liveValue{"net.ipv4.ping_group_range": {value: "100000\t165535"}}}); !v.ok {
+		t.Errorf("user-namespace pod, host GIDs: %+v", v)
+	}
+	if v := judge(auditInput{policy: pol, decision: userns, live: map[string]liveValue{"net.ipv4.ping_group_range": {value: "0\t65535"}}}); v.ok {
+		t.Errorf("user-namespace pod, container GIDs read from the host: %+v, want lacking", v)
+	}
+}
+
+func TestAuditReport(t *testing.T) {
+	pod := &auditPod{namespace: "e2e", name: "down"}
+	lines := []auditLine{
+		{c: auditContainer{pod: pod, name: "app", id: "aaa"}, verdict: verdict{true, "outcome applied"}},
+		{c: auditContainer{pod: pod, name: "late", id: "bbb"}, verdict: verdict{false, "no nri-sysctl annotation: created while the plugin was not registered"}},
+	}
+	var out bytes.Buffer
+	if code := printAudit(&out, lines); code != auditLacking {
+		t.Fatalf("exit %d, want %d", code, auditLacking)
+	}
+	if !strings.Contains(out.String(), "1 of 2 running container(s) lack the node's defaults:\n  e2e/down container late (bbb)\n") {
+		t.Errorf("report:\n%s", out.String())
+	}
+	out.Reset()
+	if code := printAudit(&out, lines[:1]); code != auditAllFine || !strings.Contains(out.String(), "all 1 running container(s) have the node's defaults") {
+		t.Errorf("exit %d, report:\n%s", code, out.String())
+	}
+}
+
+func TestAuditFlags(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"audit", "--read"}, &stdout, &stderr); code != auditFailed || !strings.Contains(stderr.String(), "--read needs --config") {
+		t.Errorf("--read without --config: exit %d, %s", code, stderr.String())
+	}
+	stderr.Reset()
+	missing := t.TempDir() + "/none.sock"
+	if code := run([]string{"audit", "--containerd-address", missing, "--timeout", "5s"}, &stdout, &stderr); code != auditFailed || !strings.Contains(stderr.String(), missing) {
+		t.Errorf("no containerd: exit %d, %s", code, stderr.String())
+	}
+}
+
+func TestAuditOwnNamespaces(t *testing.T) {
+	tests := []struct {
+		name string
+		opts *runtimeapi.NamespaceOption
+		want policy.NamespaceSet
+	}{
+		{"ordinary pod", &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}, policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)},
+		{"hostNetwork: the host's UTS too", &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}, policy.Owning(sysctl.IPC)},
+		{"hostIPC", &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}, policy.Owning(sysctl.Net, sysctl.UTS)},
+		{"hostUsers: false", &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}, policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS, sysctl.User)},
+		{"user namespace options saying NODE", &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}}, policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)},
+	}
+	for _, tc := range tests {
+		if got := ownNamespaces(tc.opts); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// kubeletGIDMapping is what kubelet maps into a pod with hostUsers: false:
+// 65536 IDs from container ID 0. explain cannot ask containerd for a pod
+// that does not exist, so it assumes this one.
+var kubeletGIDMapping = []policy.IDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
+
+// runExplain prints what a pod with the given attributes would get, key by
+// key, from the same compiled policy and decision the plugin uses.
+func runExplain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("nri-sysctl explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", config.DefaultPath, "config file")
+	namespace := fs.String("namespace", "", "the pod's namespace (required)")
+	name := fs.String("name", "", "the pod's name")
+	labels := keyValues{}
+	fs.Var(labels, "label", "a pod label `K=V` (repeat for more)")
+	handler := fs.String("runtime-handler", "", "the pod's runtime handler (RuntimeClass handler)")
+	hostNetwork := fs.Bool("host-network", false, "hostNetwork: true (the pod also shares the host's UTS namespace)")
+	hostIPC := fs.Bool("host-ipc", false, "hostIPC: true")
+	hostUTS := fs.Bool("host-uts", false, "the pod shares the host's UTS namespace")
+	hostUsers := fs.Bool("host-users", true, "false: hostUsers: false, the pod's own user namespace with kubelet's 65536 GIDs from 0")
+	own := keyValues{}
+	fs.Var(own, "pod-sysctl", "a sysctl the pod sets itself (securityContext.sysctls) `K=V` (repeat for more)")
+	skip := fs.Bool("skip-kernel-check", false, "leave out the probes of this kernel")
+	mode := runtimemode.Spec
+	fs.Func("mode", "the mode the node's runtime gets, spec (containerd >= 2.3) or namespace: who writes the sysctls, which matters to user-namespace pods (default spec)", func(v string) (err error) {
+		mode, err = runtimemode.Parse(v)
+		if err == nil && mode == runtimemode.Auto {
+			err = fmt.Errorf("explain needs spec or namespace: it has no runtime to ask")
+		}
+		return err
+	})
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *namespace == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "explain needs --namespace and takes no arguments")
+		fs.Usage()
+		return 2
+	}
+	cfg, err := config.Load(*path, kernelChecker(*skip))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if !*skip && !*hostUsers {
+		probeUserNamespaceRefusals(cfg, stderr)
+	}
+	in := policy.Input{
+		Pod: policy.Pod{
+			Namespace:      *namespace,
+			Name:           *name,
+			Labels:         labels,
+			RuntimeHandler: *handler,
+			Own: ownedUnless(map[sysctl.Namespace]bool{
+				sysctl.Net:  *hostNetwork,
+				sysctl.IPC:  *hostIPC,
+				sysctl.UTS:  *hostNetwork || *hostUTS,
+				sysctl.User: *hostUsers,
+			}),
+		},
+		PodOwn: normalizedKeys(own),
+		Writer: writerFor(mode),
+	}
+	if in.Pod.Own.Has(sysctl.User) {
+		in.GIDMappings = kubeletGIDMapping
+	}
+	for _, line := range explain(cfg, in) {
+		fmt.Fprintln(stdout, line)
+	}
+	return 0
+}
+
+// probeUserNamespaceRefusals finds, as the plugin does at start-up, the
+// keys the kernel refuses in a user namespace: they are left out for
+// user-namespace pods.
+func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) {
+	refused, err := probeUserNamespace(cfg.AllKeys())
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: cannot tell which sysctls user-namespace pods may set: %v\n", err)
+		return
+	}
+	cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
+	for w, keys := range refused {
+		cfg.RefusedInUserNamespace[w] = map[string]bool{}
+		for k := range keys {
+			cfg.RefusedInUserNamespace[w][k] = true
+		}
+	}
+}
+
+// explain is the report: one line per configured key (sorted, the order
+// the decision walks them), then the rules that matched in the order they
+// apply, then the exclusion.
+func explain(cfg *config.Config, in policy.Input) []string {
+	pol := policy.Compile(cfg)
+	d := pol.Decide(in)
+	var lines []string
+	for _, key := range cfg.AllKeys() {
+		switch i, j := slices.IndexFunc(d.Apply, func(s sysctl.Sysctl) bool { return s.Key() == key }),
+			slices.IndexFunc(d.Skipped, func(s policy.Skipped) bool { return s.Key == key }); {
+		case i >= 0:
+			lines = append(lines, fmt.Sprintf("%s %s applied", key, d.Apply[i].Value()))
+		case j >= 0:
+			lines = append(lines, fmt.Sprintf("%s %s skipped (%s)", key, d.Skipped[j].Value, d.Skipped[j].Reason))
+		case d.Excluded != "":
+			lines = append(lines, fmt.Sprintf("%s - skipped (pod excluded: %s)", key, d.Excluded))
+		default:
+			lines = append(lines, fmt.Sprintf("%s - not set (no default and no matching rule)", key))
+		}
+	}
+	switch rules := pol.MatchedRules(in.Pod); {
+	case d.Excluded != "":
+		lines = append(lines, "rules: not applied (the pod is excluded)")
+	case len(rules) == 0:
+		lines = append(lines, "rules: none match")
+	default:
+		lines = append(lines, "rules: "+strings.Join(rules, ", ")+" (in this order; a later rule overrides an earlier one)")
+	}
+	if d.Excluded != "" {
+		lines = append(lines, "excluded: yes, by "+d.Excluded)
+	} else {
+		lines = append(lines, "excluded: no")
+	}
+	return lines
+}
+
+// keyValues collects repeated K=V flags.
+type keyValues map[string]string
+
+func (kv keyValues) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
+		parts = append(parts, k+"="+kv[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (kv keyValues) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not K=V", s)
+	}
+	kv[k] = v
+	return nil
+}
+
+// ownedUnless is the set of namespaces a pod has to itself: each kind
+// unless it shares the host's.
+func ownedUnless(sharesHosts map[sysctl.Namespace]bool) policy.NamespaceSet {
+	var own policy.NamespaceSet
+	for ns, shared := range sharesHosts {
+		if !shared {
+			own = own.With(ns)
+		}
+	}
+	return own
+}

@@ -1,0 +1,456 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+)
+
+// metrics is what the plugin reports on /metrics and /healthz. The
+// handlers call its methods through plugin.meter, which stays nil while no
+// metrics address is set: every method of a nil *metrics returns at once,
+// so metrics off cost one atomic load and a nil check per call site.
+// Metrics on cost a few atomic adds: each label value has its counter
+// picked once, here, never looked up by label on the create path.
+type metrics struct {
+	registry *prometheus.Registry
+
+	containers     [len(containerOutcomes)]prometheus.Counter // by outcomeIndex
+	sysctlsApplied prometheus.Counter
+	sysctlsSkipped [len(skipReasonLabels)]prometheus.Counter
+
+	lookups        prometheus.Counter
+	lookupFailures prometheus.Counter
+	lookupSeconds  prometheus.Histogram
+
+	namespaceWrites        prometheus.Counter
+	namespaceWriteFailures prometheus.Counter
+
+	reloadsSucceeded    prometheus.Counter
+	reloadsFailed       prometheus.Counter
+	lastReloadSucceeded prometheus.Gauge
+
+	// registered: the NRI connection is up; synchronized: the runtime's
+	// Synchronize has been answered on it. /healthz wants both.
+	registered   atomic.Bool
+	synchronized atomic.Bool
+	lacking      lackingContainers
+}
+
+// Label values of nri_sysctl_sysctls_skipped_total{reason}.
+const (
+	skipHostNamespace = iota
+	skipPodOwn
+	skipExisting
+	skipUserNamespace
+	skipWriteFailed
+	skipOther
+)
+
+// skipReasonLabels names each skip reason without its detail; the index
+// is the constant above.
+var skipReasonLabels = [...]string{
+	skipHostNamespace: "host_namespace",
+	skipPodOwn:        "pod_own",
+	skipExisting:      "existing",
+	skipUserNamespace: "user_namespace",
+	skipWriteFailed:   "write_failed",
+	skipOther:         "other",
+}
+
+// skipReasonPrefixes maps the decision's reasons, which may carry a detail
+// after them ("pod shares the host's namespace (network)"), to a label.
+var skipReasonPrefixes = []struct {
+	prefix string
+	label  int
+}{
+	{policy.ReasonHostNamespace, skipHostNamespace},
+	{policy.ReasonPodOwn, skipPodOwn},
+	{policy.ReasonExisting, skipExisting},
+	{policy.ReasonUserNamespace, skipUserNamespace},
+}
+
+// skipReasonLabel is the label index for one skipped key. The reasons not
+// in the table come from clamping ping_group_range to the GIDs of a pod's
+// user namespace; anything else is "other".
+func skipReasonLabel(s policy.Skipped) int {
+	for _, r := range skipReasonPrefixes {
+		if strings.HasPrefix(s.Reason, r.prefix) {
+			return r.label
+		}
+	}
+	if s.Key == "net.ipv4.ping_group_range" {
+		return skipUserNamespace
+	}
+	return skipOther
+}
+
+// containerOutcomes lists the values of nri_sysctl_containers_total{outcome}.
+var containerOutcomes = [...]string{outcomeApplied, outcomeNothingToApply, outcomeExcluded, outcomeLookupFailed, outcomeWriteFailed}
+
+// outcomeIndex finds an outcome's counter without hashing its name.
+func outcomeIndex(outcome string) int {
+	switch outcome {
+	case outcomeApplied:
+		return 0
+	case outcomeNothingToApply:
+		return 1
+	case outcomeExcluded:
+		return 2
+	case outcomeLookupFailed:
+		return 3
+	}
+	return 4 // outcomeWriteFailed
+}
+
+// configInForce reports the config text's digest and the mode in force,
+// read at each scrape.
+type configInForce func() (sha256Hex string, mode string)
+
+func newMetrics(info configInForce) *metrics {
+	m := &metrics{registry: prometheus.NewRegistry()}
+	reg := m.registry
+	containers := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nri_sysctl_containers_total",
+		Help: "Containers the plugin decided for, by outcome (the nri-sysctl.io/outcome annotation).",
+	}, []string{"outcome"})
+	for _, o := range containerOutcomes {
+		m.containers[outcomeIndex(o)] = containers.WithLabelValues(o)
+	}
+	m.sysctlsApplied = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nri_sysctl_sysctls_applied_total",
+		Help: "Sysctls given to containers (one per key per container, as in nri-sysctl.io/injected).",
+	})
+	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nri_sysctl_sysctls_skipped_total",
+		Help: "Configured sysctls a container did not get, by reason (as in nri-sysctl.io/skipped).",
+	}, []string{"reason"})
+	for i, l := range skipReasonLabels {
+		m.sysctlsSkipped[i] = skipped.WithLabelValues(l)
+	}
+	m.lookups = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nri_sysctl_pod_lookups_total",
+		Help: "Lookups of a pod's own sysctls in containerd.",
+	})
+	m.lookupFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nri_sysctl_pod_lookup_failures_total",
+		Help: "Pod lookups that failed; the pod then gets nothing.",
+	})
+	m.lookupSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "nri_sysctl_pod_lookup_duration_seconds",
+		Help:    "Time a pod lookup in containerd took, failures included.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	m.namespaceWrites = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nri_sysctl_namespace_writes_total",
+		Help: "Namespace mode: sysctls the plugin set, or tried to set, in a pod's namespaces.",
+	})
+	m.namespaceWriteFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nri_sysctl_namespace_write_failures_total",
+		Help: "Namespace mode: sysctls that could not be set in a pod's namespaces.",
+	})
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nri_sysctl_config_reloads_total",
+		Help: "Config reloads (SIGHUP), by result; a failed one leaves the old config in force.",
+	}, []string{"result"})
+	m.reloadsSucceeded = reloads.WithLabelValues("success")
+	m.reloadsFailed = reloads.WithLabelValues("failure")
+	m.lastReloadSucceeded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nri_sysctl_config_last_reload_success_timestamp_seconds",
+		Help: "Unix time of the last successful config reload (0: none since start).",
+	})
+	infoDesc := prometheus.NewDesc("nri_sysctl_config_info",
+		"The config in force: hash is the first 12 hex digits of the SHA-256 of its text, mode the mode in force. Always 1.",
+		[]string{"hash", "mode"}, nil)
+	configInfo := prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		hash, mode := info()
+		ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, hash[:min(12, len(hash))], mode)
+	})
+	lacking := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nri_sysctl_containers_lacking_defaults",
+		Help: "Running containers found at Synchronize without the defaults, less those whose pod was since removed or healed.",
+	}, func() float64 { return float64(m.lacking.total()) })
+	registered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nri_sysctl_registered",
+		Help: "1 while the plugin is registered with the runtime's NRI, else 0.",
+	}, func() float64 {
+		if m.registered.Load() {
+			return 1
+		}
+		return 0
+	})
+	reg.MustRegister(containers, m.sysctlsApplied, skipped, m.lookups, m.lookupFailures, m.lookupSeconds,
+		m.namespaceWrites, m.namespaceWriteFailures, reloads, m.lastReloadSucceeded, configInfo, lacking, registered)
+	return m
+}
+
+// decided counts one container's decision: its outcome, the keys it got
+// and the keys it did not get (writeFailures: namespace-mode keys whose
+// write failed). A pod whose container got the defaults is healed: its
+// namespaces, shared by all its containers, now hold them.
+func (m *metrics) decided(podID, outcome string, applied []sysctl.Sysctl, skipped []policy.Skipped, writeFailures int) {
+	if m == nil {
+		return
+	}
+	m.containers[outcomeIndex(outcome)].Inc()
+	if len(applied) > 0 {
+		m.sysctlsApplied.Add(float64(len(applied)))
+	}
+	for _, s := range skipped {
+		m.sysctlsSkipped[skipReasonLabel(s)].Inc()
+	}
+	if writeFailures > 0 {
+		m.sysctlsSkipped[skipWriteFailed].Add(float64(writeFailures))
+	}
+	if outcome == outcomeApplied || outcome == outcomeNothingToApply {
+		m.lacking.forget(podID)
+	}
+}
+
+// containerOutcome counts a container that got nothing: excluded, or its
+// pod could not be looked up or written into.
+func (m *metrics) containerOutcome(outcome string) {
+	if m == nil {
+		return
+	}
+	m.containers[outcomeIndex(outcome)].Inc()
+}
+
+// lookedUp counts one pod lookup in containerd.
+func (m *metrics) lookedUp(took time.Duration, err error) {
+	m.lookups.Inc()
+	if err != nil {
+		m.lookupFailures.Inc()
+	}
+	m.lookupSeconds.Observe(took.Seconds())
+}
+
+// meterLookups makes f count its lookups.
+func (m *metrics) meterLookups(f podsysctl.Fetcher) podsysctl.Fetcher {
+	if m == nil {
+		return f
+	}
+	return meteredFetcher{Fetcher: f, m: m}
+}
+
+type meteredFetcher struct {
+	podsysctl.Fetcher
+	m *metrics
+}
+
+func (f meteredFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
+	start := time.Now()
+	own, err := f.Fetcher.Fetch(ctx, podID)
+	f.m.lookedUp(time.Since(start), err)
+	return own, err
+}
+
+// namespaceWritten counts a namespace-mode attempt on a pod: keys tried,
+// and of those the ones that failed.
+func (m *metrics) namespaceWritten(tried, failed int) {
+	if m == nil || tried == 0 {
+		return
+	}
+	m.namespaceWrites.Add(float64(tried))
+	m.namespaceWriteFailures.Add(float64(failed))
+}
+
+// reloaded counts a config reload.
+func (m *metrics) reloaded(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reloadsFailed.Inc()
+		return
+	}
+	m.reloadsSucceeded.Inc()
+	m.lastReloadSucceeded.SetToCurrentTime()
+}
+
+// connected records whether the plugin is registered: from its Configure
+// answer until the NRI connection ends. A new connection is healthy only
+// after its Synchronize.
+func (m *metrics) connected(up bool) {
+	if m == nil {
+		return
+	}
+	m.registered.Store(up)
+	if !up {
+		m.synchronized.Store(false)
+	}
+}
+
+// synchronizedWith records the runtime's Synchronize and the running
+// containers it found without the defaults.
+func (m *metrics) synchronizedWith(lacking []*api.Container) {
+	if m == nil {
+		return
+	}
+	byPod := make(map[string]int, len(lacking))
+	for _, c := range lacking {
+		byPod[c.GetPodSandboxId()]++
+	}
+	m.lacking.set(byPod)
+	m.synchronized.Store(true)
+}
+
+// podRemoved drops the pod's containers from the lacking count.
+func (m *metrics) podRemoved(podID string) {
+	if m == nil {
+		return
+	}
+	m.lacking.forget(podID)
+}
+
+// healthy: registered with the runtime and synchronized, so that pods
+// created now get their defaults.
+func (m *metrics) healthy() (bool, string) {
+	switch {
+	case !m.registered.Load():
+		return false, "not registered with the runtime's NRI"
+	case !m.synchronized.Load():
+		return false, "registered, waiting for the runtime's Synchronize"
+	}
+	return true, "ok"
+}
+
+func (m *metrics) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := m.healthy()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	return mux
+}
+
+// lackingContainers counts, per pod, the running containers Synchronize
+// found without the defaults. A pod leaves the count when it is removed or
+// healed; the count is rebuilt whole at each Synchronize.
+type lackingContainers struct {
+	// some is false on a node where nothing lacks the defaults: forget
+	// then costs one atomic load on the create path.
+	some  atomic.Bool
+	mu    sync.Mutex
+	byPod map[string]int
+	sum   atomic.Int64
+}
+
+func (l *lackingContainers) set(byPod map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.byPod = byPod
+	sum := 0
+	for _, n := range byPod {
+		sum += n
+	}
+	l.sum.Store(int64(sum))
+	l.some.Store(sum > 0)
+}
+
+func (l *lackingContainers) forget(podID string) {
+	if !l.some.Load() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n, ok := l.byPod[podID]; ok {
+		delete(l.byPod, podID)
+		l.some.Store(len(l.byPod) > 0)
+		l.sum.Add(-int64(n))
+	}
+}
+
+func (l *lackingContainers) total() int64 { return l.sum.Load() }
+
+// metricsListener serves /metrics and /healthz once an address is known:
+// --metrics-address, else the config's metricsAddress.
+type metricsListener struct {
+	flag string
+	mu   sync.Mutex
+	addr string // the address asked for; "" while metrics are off
+	// bound is the address really listened on (a port 0 picks one).
+	bound  string
+	server *http.Server
+}
+
+// serveMetrics starts serving metrics the first time the flag or a config
+// names an address. A later config cannot move them: that needs a restart.
+func (p *plugin) serveMetrics(cfg *config.Config) error {
+	l := &p.metricsListener
+	addr := cmp.Or(l.flag, cfg.MetricsAddress)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.addr != "" {
+		if addr != l.addr {
+			p.log.WithFields(logrus.Fields{"address": l.addr, "configured": addr}).Warn("metricsAddress changed; metrics stay where they are until the plugin restarts")
+		}
+		return nil
+	}
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	m := p.newMetrics()
+	p.meter.Store(m)
+	l.addr, l.bound = addr, ln.Addr().String()
+	l.server = &http.Server{Handler: m.handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func(srv *http.Server) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.log.WithError(err).WithField("address", addr).Error("metrics server stopped")
+		}
+	}(l.server)
+	p.log.WithField("address", l.bound).Info("serving /metrics and /healthz")
+	return nil
+}
+
+// newMetrics makes the plugin's metrics; config_info reads the config and
+// mode in force at each scrape.
+func (p *plugin) newMetrics() *metrics {
+	return newMetrics(func() (string, string) {
+		return p.current.Load().cfg.TextSHA256, string(p.mode())
+	})
+}
+
+// close stops serving metrics.
+func (l *metricsListener) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.server != nil {
+		l.server.Close()
+	}
+}
+
+// checkMetricsAddress refuses a --metrics-address that is not host:port.
+func checkMetricsAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("bad --metrics-address %q: want host:port, e.g. 127.0.0.1:9465", addr)
+	}
+	return nil
+}
