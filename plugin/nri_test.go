@@ -432,10 +432,10 @@ func TestNRISpecMode(t *testing.T) {
 			},
 		},
 		{
-			name: "excluded pod is left alone",
+			name: "excluded pod is left alone but for its outcome",
 			pod:  nriPod("excluded", "kube-system", "network", "ipc", "uts"),
 			ctr:  nriContainer("excluded"),
-			want: ours{},
+			want: ours{outcome: outcomeExcluded},
 		},
 	}
 	for _, tc := range tests {

@@ -301,7 +301,9 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithFields(logrus.Fields{"outcome": outcomeExcluded, "reason": why}).Debug("decision")
 		}
-		return nil, nil, nil
+		// Only the outcome: a restarted plugin, or audit, can then tell
+		// an excluded container from one created while it was away.
+		return outcomeOnly(outcomeExcluded), nil, nil
 	}
 	ctx, cancel := p.withinDeadline(ctx)
 	defer cancel()
