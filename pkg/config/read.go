@@ -139,8 +139,25 @@ func readOnce(file string, trusted bool) (data []byte, stable bool, err error) {
 		return nil, false, cannotRead(file, err)
 	}
 	stable = before.Size() == after.Size() && before.ModTime().Equal(after.ModTime()) && int64(len(data)) == after.Size()
+	if stable {
+		// A writer rewriting the file in place can pause between two
+		// writes, and what was read is then a valid prefix with the
+		// same size and mtime (mtime moves in clock ticks). A file
+		// changed moments ago counts only once it has held still.
+		if age := time.Since(after.ModTime()); age < settleTime {
+			time.Sleep(settleTime - age)
+			settled, err := f.Stat()
+			if err != nil {
+				return nil, false, cannotRead(file, err)
+			}
+			stable = settled.Size() == after.Size() && settled.ModTime().Equal(after.ModTime())
+		}
+	}
 	return data, stable, nil
 }
+
+// settleTime is how long a just-written file must hold still to be read.
+const settleTime = 50 * time.Millisecond
 
 // resolveTrusted follows the path one name at a time, as the kernel does,
 // and returns the file it leads to with every reason why someone other than
