@@ -170,8 +170,17 @@ func TestServicePreinstalled(t *testing.T) {
 	// parent's listening sockets; a pod's own value still wins. containerd
 	// gives a pre-installed plugin no stderr, so its log lines go to the
 	// journal or, as here (no journald), to syslog.
+	// The plugin's log goes to syslog (containerd gives it no stderr):
+	// kept for the whole test, and shown if it fails.
+	syslogLines := listenSyslog(t)
+	if syslogLines != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("--- the pre-installed plugin's syslog lines ---\n%s", syslogLines())
+			}
+		})
+	}
 	t.Run("FindsItsContainerd", func(t *testing.T) {
-		syslogLines := listenSyslog(t)
 		restart(defaultsYAML(serviceValuesB))
 		wantSysctls(t, "pod, plugin without containerdAddress", podValues(t, "e2e-preinstalled", keys...), serviceValuesB)
 		ownKey := keys[0]
