@@ -224,6 +224,8 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 // RunPodSandbox, or at a container's creation whatever an earlier attempt
 // missed (the plugin was down, or a write failed with onError: warn).
 func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodSandbox, d policy.Decision, own podsysctl.PodSysctls, event string) error {
+	ctx, cancel := p.withinDeadline(ctx)
+	defer cancel()
 	log := p.podLog(pod).WithField("event", event)
 	written, _, _ := rec.namespaceOutcome()
 	var pending []sysctl.Sysctl
@@ -295,18 +297,17 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
 	}
-	log := p.podLog(pod).WithField("container", ctr.GetName())
+	// Built only for a line that is written: it allocates.
+	log := func() *logrus.Entry { return p.podLog(pod).WithField("container", ctr.GetName()) }
 	if why := rec.cfg.policy.Excluded(podInfo(pod)); why != "" {
 		p.meter.Load().containerOutcome(outcomeExcluded)
-		if log.Logger.IsLevelEnabled(logrus.DebugLevel) {
-			log.WithFields(logrus.Fields{"outcome": outcomeExcluded, "reason": why}).Debug("decision")
+		if p.log.IsLevelEnabled(logrus.DebugLevel) {
+			log().WithFields(logrus.Fields{"outcome": outcomeExcluded, "reason": why}).Debug("decision")
 		}
 		// Only the outcome: a restarted plugin, or audit, can then tell
 		// an excluded container from one created while it was away.
 		return outcomeOnly(outcomeExcluded), nil, nil
 	}
-	ctx, cancel := p.withinDeadline(ctx)
-	defer cancel()
 	if rec.mode == runtimemode.Namespace {
 		return p.createInNamespaceMode(ctx, rec, pod, log)
 	}
@@ -321,14 +322,16 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	annotate(adj, d.Apply, formatSkipped(d.Skipped), appliedOrNothing(d.Apply))
 	p.meter.Load().decided(pod.GetId(), appliedOrNothing(d.Apply), d.Apply, d.Skipped, 0)
-	logDecision(log, d.Apply, formatSkipped(d.Skipped))
-	logSkippedKeys(log, d.Skipped)
+	if p.log.IsLevelEnabled(logrus.DebugLevel) {
+		logDecision(log(), d.Apply, formatSkipped(d.Skipped))
+		logSkippedKeys(log(), d.Skipped)
+	}
 	return adj, nil, nil
 }
 
 // createInNamespaceMode heals a pod whose namespaces still lack their
 // sysctls, then annotates the container with what the pod really holds.
-func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, log *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, log func() *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
 	if !ok {
 		p.meter.Load().containerOutcome(outcomeLookupFailed)
@@ -352,8 +355,10 @@ func (p *plugin) createInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	adj := &api.ContainerAdjustment{}
 	annotate(adj, written, skipped, outcome)
 	p.meter.Load().decided(pod.GetId(), outcome, written, d.Skipped, len(errs))
-	logDecision(log, written, skipped)
-	logSkippedKeys(log, d.Skipped)
+	if p.log.IsLevelEnabled(logrus.DebugLevel) {
+		logDecision(log(), written, skipped)
+		logSkippedKeys(log(), d.Skipped)
+	}
 	return adj, nil, nil
 }
 
@@ -381,9 +386,6 @@ func annotate(adj *api.ContainerAdjustment, applied []sysctl.Sysctl, skipped, ou
 }
 
 func logDecision(log *logrus.Entry, applied []sysctl.Sysctl, skipped string) {
-	if !log.Logger.IsLevelEnabled(logrus.DebugLevel) {
-		return
-	}
 	log.WithFields(logrus.Fields{"applied": formatApplied(applied), "skipped": skipped, "outcome": appliedOrNothing(applied)}).Debug("decision")
 }
 
@@ -482,7 +484,10 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 // ownSysctls looks the pod's own sysctls up once per pod (again after a
 // failure), reporting the first failure and any odd source.
 func (p *plugin) ownSysctls(ctx context.Context, rec *podRecord, pod *api.PodSandbox) (podsysctl.PodSysctls, bool) {
-	own, fresh, err := rec.ownSysctls(ctx, rec.cfg.lookup.Fetch)
+	own, fresh, err := rec.ownSysctls(ctx, p.withinDeadline, rec.cfg.lookup.Fetch)
+	if err == nil && !fresh {
+		return own, true // the record's: the common case, kept cheap
+	}
 	log := p.podLog(pod)
 	if err != nil {
 		if fresh {

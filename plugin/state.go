@@ -70,12 +70,15 @@ func (w writeState) String() string {
 }
 
 // ownSysctls returns the pod's own sysctls, looking them up the first time
-// (and again after a failure), within ctx. fresh is true for the call that
+// (and again after a failure), within ctx as bound narrows it. fresh is true for the call that
 // did the lookup, which reports what it found.
-func (r *podRecord) ownSysctls(ctx context.Context, fetch func(context.Context, string) (podsysctl.PodSysctls, error)) (own podsysctl.PodSysctls, fresh bool, err error) {
+func (r *podRecord) ownSysctls(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), fetch func(context.Context, string) (podsysctl.PodSysctls, error)) (own podsysctl.PodSysctls, fresh bool, err error) {
 	if own, ok := r.cachedOwn(); ok {
 		return own, false, nil
 	}
+	// Waiting for a lookup in flight, or doing one, is bounded.
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	select {
 	case r.lookupSlot <- struct{}{}:
 	case <-ctx.Done():
