@@ -13,7 +13,7 @@ CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean
+.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests
 
 all: build
 
@@ -32,7 +32,11 @@ $(GOLANGCI_LINT):
 	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/ ./test/chart/
+
+## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).
+manifests:
+	$(GO) test -count=1 -run '^TestPlainManifestsMatchChart$$' ./test/chart/ -update
 
 vet:
 	$(GO) vet ./...

@@ -10,6 +10,7 @@
 #     built from the Go module proxy into $CACHE/containerd-<version>/bin
 #   - crictl into $CACHE/crictl-<CRICTL_VERSION>/bin
 #   - runc $USERNS_RUNC_VERSION into $CACHE/runc-<version>/bin, for user-namespace pods
+#   - helm $HELM_VERSION into $CACHE/helm-<version>/bin (the chart checks, test/chart)
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -21,6 +22,8 @@ CRICTL_VERSION=${NRI_SYSCTL_CRICTL_VERSION:-v1.37.0}
 # A runc newer than Debian 12's 1.1.5, for user-namespace pods only: they
 # need id-mapped mounts. Built with cgo (runc's nsenter is C), no seccomp.
 USERNS_RUNC_VERSION=v1.5.3
+# helm: the chart checks (test/chart).
+HELM_VERSION=${NRI_SYSCTL_HELM_VERSION:-v3.22.0}
 BUILD_TAGS="no_btrfs no_devmapper no_zfs"
 APT_PACKAGES=(runc containernetworking-plugins busybox-static iproute2 systemd)
 
@@ -153,6 +156,20 @@ build_userns_runc() {
 	go_install_tool "$CACHE/runc-$USERNS_RUNC_VERSION" runc "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" CGO_ENABLED=1
 }
 
+# build_helm: go install, with the version helm's own Makefile stamps in.
+build_helm() {
+	local major=${HELM_VERSION%%.*} dir="$CACHE/helm-$HELM_VERSION" tmp
+	mkdir -p "$dir/bin"
+	tmp=$(mktemp -d "$CACHE/.build-helm.XXXXXX")
+	TMPDIRS+=("$tmp")
+	GOBIN="$tmp" go install -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$HELM_VERSION" \
+		"helm.sh/helm/$major/cmd/helm@$HELM_VERSION" </dev/null
+	mv -f "$tmp/helm" "$dir/bin/helm.new"
+	mv -f "$dir/bin/helm.new" "$dir/bin/helm"
+	rm -rf "$tmp"
+	"$dir/bin/helm" version --short
+}
+
 total_start=$(date +%s)
 mkdir -p "$CACHE"
 
@@ -177,6 +194,12 @@ if [[ -x $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc ]]; then
 	log "runc $USERNS_RUNC_VERSION (user-namespace pods): reusing $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc"
 else
 	step "build runc $USERNS_RUNC_VERSION (user-namespace pods)" build_userns_runc
+fi
+
+if [[ -x $CACHE/helm-$HELM_VERSION/bin/helm ]]; then
+	log "helm $HELM_VERSION: reusing $CACHE/helm-$HELM_VERSION/bin/helm"
+else
+	step "build helm $HELM_VERSION" build_helm
 fi
 
 log "all done in $(($(date +%s) - total_start))s; cache: $CACHE"
