@@ -8,17 +8,28 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
+# The container image (make image): an OCI image layout archive.
+IMAGE_NAME ?= localhost/nri-sysctl
+IMAGE_TAR  := bin/nri-sysctl-image.tar
+
 # golangci-lint: built once from the Go module proxy into the test cache.
 CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests
+.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./plugin
+
+## image: the Dockerfile's image, built offline from bin/nri-sysctl as an OCI
+## archive (bin/nri-sysctl-image.tar, named $(IMAGE_NAME):$(VERSION));
+## load it with `ctr -n k8s.io images import`. The tool is hack/image, a
+## module of its own.
+image: build
+	cd hack/image && $(GO) run . -binary $(abspath $(BIN)) -name $(IMAGE_NAME):$(VERSION) -out $(abspath $(IMAGE_TAR))
 
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
 test: fmt-check vet lint unit
@@ -33,6 +44,7 @@ $(GOLANGCI_LINT):
 
 unit:
 	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/ ./test/chart/
+	cd hack/image && $(GO) test -count=1 ./...
 
 ## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).
 manifests:
@@ -40,6 +52,7 @@ manifests:
 
 vet:
 	$(GO) vet ./...
+	cd hack/image && $(GO) vet ./...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
