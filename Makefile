@@ -17,7 +17,7 @@ CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image
+.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s
 
 all: build
 
@@ -65,7 +65,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(FUZZTIME) ./pkg/sysctl/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./pkg/policy/
 
-## setup: install what the end-to-end tests need (apt packages, containerd, crictl).
+## setup: install what the end-to-end tests need (apt packages, containerd, crictl, helm).
 setup:
 	test/setup.sh $(E2E_CONTAINERD_VERSIONS)
 
@@ -76,8 +76,21 @@ e2e: build
 		NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v ./test/e2e/ || exit 1; \
 	done
 
+## e2e-k8s: the chart on a single-node Kubernetes v1.37.2 (etcd, API server,
+## controller manager, scheduler, kubelet; built by test/setup.sh --k8s) on
+## the harness's containerd; the image from make image (root).
+## One run per containerd: 2.4.2 with the chart's spec mode, 2.1.9 with
+## its namespace mode.
+E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
+e2e-k8s: image
+	test/setup.sh --k8s $(E2E_K8S_CONTAINERD_VERSIONS)
+	@for v in $(E2E_K8S_CONTAINERD_VERSIONS); do \
+		echo "=== the chart on Kubernetes, containerd $$v"; \
+		NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run '^TestK8s' ./test/e2e/ || exit 1; \
+	done
+
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test fuzz-smoke e2e bench-smoke
+test-all: setup test fuzz-smoke e2e e2e-k8s bench-smoke
 
 ## demo: a throwaway containerd (v2.4.2), the plugin with config/config.yaml,
 ## one pod, and the sysctls inside it beside the kernel's and the host's.

@@ -327,6 +327,11 @@ func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
 	if !d.hasArg("--containerd-address=/run/k3s/containerd/containerd.sock") {
 		t.Errorf("k3s: args %v", d.args)
 	}
+	// Where no kube-proxy serves the kubernetes Service: extraEnv.
+	d, _ = renderDaemonSet(t, "extraEnv[0].name=KUBERNETES_SERVICE_HOST", "extraEnv[0].value=10.0.0.1")
+	if env := get(d.ctr, "env"); !reflect.DeepEqual(get(env, 1), obj{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}) || get(env, 0, "name") != "NODE_NAME" {
+		t.Errorf("extraEnv: env %v", env)
+	}
 	// Both sockets in one directory: one volume, mounted once.
 	d, _ = renderDaemonSet(t, "containerd.socket=/run/x/containerd.sock", "nri.socket=/run/x/nri.sock")
 	if len(d.hostDirs()) != 1 {
