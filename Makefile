@@ -8,17 +8,28 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
+# The container image (make image): an OCI image layout archive.
+IMAGE_NAME ?= localhost/nri-sysctl
+IMAGE_TAR  := bin/nri-sysctl-image.tar
+
 # golangci-lint: built once from the Go module proxy into the test cache.
 CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean
+.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./plugin
+
+## image: the Dockerfile's image, built offline from bin/nri-sysctl as an OCI
+## archive (bin/nri-sysctl-image.tar, named $(IMAGE_NAME):$(VERSION));
+## load it with `ctr -n k8s.io images import`. The tool is hack/image, a
+## module of its own.
+image: build
+	cd hack/image && $(GO) run . -binary $(abspath $(BIN)) -name $(IMAGE_NAME):$(VERSION) -out $(abspath $(IMAGE_TAR))
 
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
 test: fmt-check vet lint unit
@@ -32,10 +43,16 @@ $(GOLANGCI_LINT):
 	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/ ./test/chart/
+	cd hack/image && $(GO) test -count=1 ./...
+
+## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).
+manifests:
+	$(GO) test -count=1 -run '^TestPlainManifestsMatchChart$$' ./test/chart/ -update
 
 vet:
 	$(GO) vet ./...
+	cd hack/image && $(GO) vet ./...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -48,7 +65,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(FUZZTIME) ./pkg/sysctl/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./pkg/policy/
 
-## setup: install what the end-to-end tests need (apt packages, containerd, crictl).
+## setup: install what the end-to-end tests need (apt packages, containerd, crictl, helm).
 setup:
 	test/setup.sh $(E2E_CONTAINERD_VERSIONS)
 
@@ -59,8 +76,21 @@ e2e: build
 		NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v ./test/e2e/ || exit 1; \
 	done
 
+## e2e-k8s: the chart on a single-node Kubernetes v1.37.2 (etcd, API server,
+## controller manager, scheduler, kubelet; built by test/setup.sh --k8s) on
+## the harness's containerd; the image from make image (root).
+## One run per containerd: 2.4.2 with the chart's spec mode, 2.1.9 with
+## its namespace mode.
+E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
+e2e-k8s: image
+	test/setup.sh --k8s $(E2E_K8S_CONTAINERD_VERSIONS)
+	@for v in $(E2E_K8S_CONTAINERD_VERSIONS); do \
+		echo "=== the chart on Kubernetes, containerd $$v"; \
+		NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run '^TestK8s' ./test/e2e/ || exit 1; \
+	done
+
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test fuzz-smoke e2e bench-smoke
+test-all: setup test fuzz-smoke e2e e2e-k8s bench-smoke
 
 ## demo: a throwaway containerd (v2.4.2), the plugin with config/config.yaml,
 ## one pod, and the sysctls inside it beside the kernel's and the host's.

@@ -61,6 +61,8 @@ type options struct {
 	mode                   runtimemode.Mode
 	skipKernelCheck        bool
 	allowInsecureConfig    bool
+	watchConfig            time.Duration
+	removeTaint            bool
 }
 
 func main() {
@@ -121,8 +123,14 @@ func parseRunFlags(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
 	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
+	fs.DurationVar(&o.watchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
+	fs.BoolVar(&o.removeTaint, "remove-taint", false, "remove the taint "+notReadyTaintKey+":"+notReadyTaintEffect+" from this node (env NODE_NAME) once registered and synchronized, through the API server as the pod's service account")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.watchConfig < 0 {
+		fmt.Fprintf(stderr, "bad --watch-config %s: want a positive duration, or 0 for off\n", o.watchConfig)
+		return o, fmt.Errorf("bad --watch-config")
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -216,7 +224,17 @@ func runPlugin(o options, stderr io.Writer) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	go p.watchReloads(ctx, o.configPath, hup)
+	reloads := hup
+	if o.watchConfig > 0 {
+		reloads = p.watchConfigFile(ctx, o.configPath, o.watchConfig, hup)
+	}
+	go p.watchReloads(ctx, o.configPath, reloads)
+	if o.removeTaint {
+		if err := startTaintRemoval(ctx, log, p.synchronized); err != nil {
+			log.WithError(err).Error("refusing to start")
+			return 1
+		}
+	}
 	go func() {
 		select {
 		case <-p.synchronized:

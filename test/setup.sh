@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this machine for the nri-sysctl end-to-end tests (test/e2e).
 #
-# Usage: test/setup.sh [CONTAINERD_VERSION...]      (default: v2.4.2)
+# Usage: test/setup.sh [--k8s] [CONTAINERD_VERSION...]      (default: v2.4.2)
 #
 # Installs, only when missing:
 #   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2,
@@ -10,6 +10,12 @@
 #     built from the Go module proxy into $CACHE/containerd-<version>/bin
 #   - crictl into $CACHE/crictl-<CRICTL_VERSION>/bin
 #   - runc $USERNS_RUNC_VERSION into $CACHE/runc-<version>/bin, for user-namespace pods
+#   - helm $HELM_VERSION into $CACHE/helm-<version>/bin (the chart checks, test/chart)
+#   - with --k8s (make e2e-k8s): the single-node Kubernetes of the e2e-k8s test: kubelet, kube-apiserver,
+#     kube-controller-manager and kube-scheduler $K8S_VERSION from one throwaway
+#     module into $CACHE/kubernetes-<version>/bin (a kubelet already in
+#     $CACHE/kubelet-<version>/bin is reused), etcd $ETCD_VERSION into
+#     $CACHE/etcd-<version>/bin
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -21,14 +27,24 @@ CRICTL_VERSION=${NRI_SYSCTL_CRICTL_VERSION:-v1.37.0}
 # A runc newer than Debian 12's 1.1.5, for user-namespace pods only: they
 # need id-mapped mounts. Built with cgo (runc's nsenter is C), no seccomp.
 USERNS_RUNC_VERSION=v1.5.3
+# make e2e-k8s: a single-node cluster and the helm that installs the chart.
+K8S_VERSION=${NRI_SYSCTL_K8S_VERSION:-v1.37.2}
+ETCD_VERSION=${NRI_SYSCTL_ETCD_VERSION:-v3.7.3}
+HELM_VERSION=${NRI_SYSCTL_HELM_VERSION:-v3.22.0}
 BUILD_TAGS="no_btrfs no_devmapper no_zfs"
 APT_PACKAGES=(runc containernetworking-plugins busybox-static iproute2 systemd)
 
 export DEBIAN_FRONTEND=noninteractive
 
-if [[ $# -gt 0 ]]; then
-	VERSIONS=("$@")
-else
+WANT_K8S=
+VERSIONS=()
+for arg in "$@"; do
+	case $arg in
+	--k8s) WANT_K8S=1 ;;
+	*) VERSIONS+=("$arg") ;;
+	esac
+done
+if [[ ${#VERSIONS[@]} -eq 0 ]]; then
 	VERSIONS=(v2.4.2)
 fi
 
@@ -153,6 +169,122 @@ build_userns_runc() {
 	go_install_tool "$CACHE/runc-$USERNS_RUNC_VERSION" runc "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" CGO_ENABLED=1
 }
 
+# k8s_ldflags: the version the binaries report (helm checks kubeVersion
+# against the API server's); built from a module they would say v0.0.0-master.
+k8s_ldflags() {
+	local v=${K8S_VERSION#v} major minor
+	major=${v%%.*}
+	minor=${v#*.}
+	minor=${minor%%.*}
+	printf '%s' "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
+}
+
+# build_kubernetes NAME...: build the named Kubernetes commands (kubelet,
+# kube-apiserver, kube-controller-manager, kube-scheduler) from one throwaway
+# module that requires k8s.io/kubernetes and replaces each staging module
+# (kubernetes' own `=> ./staging/...` lines) by its published v0.X.Y; then
+# move them into $CACHE/kubernetes-<version>/bin together.
+build_kubernetes() {
+	local bin="$CACHE/kubernetes-$K8S_VERSION/bin" tmp gomod staging name pkgs=()
+	mkdir -p "$bin"
+	tmp=$(mktemp -d "$CACHE/.build-kubernetes-$K8S_VERSION.XXXXXX")
+	TMPDIRS+=("$tmp")
+	mkdir -p "$tmp/mod" "$tmp/out"
+	gomod=$(cd "$tmp/mod" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" </dev/null | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+	[[ -f $gomod ]] || die "no go.mod for k8s.io/kubernetes@$K8S_VERSION from the module proxy"
+	staging="v0.${K8S_VERSION#v1.}"
+	{
+		printf 'module k8sbuild\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\n' "$K8S_VERSION"
+		sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#replace \1 => \1 '"$staging"'#p' "$gomod"
+	} >"$tmp/mod/go.mod"
+	[[ $(grep -c '^replace' "$tmp/mod/go.mod") -gt 20 ]] || die "found no staging replace lines in $gomod"
+	for name in "$@"; do
+		mkdir -p "$tmp/mod/cmd/$name"
+		case $name in
+		kubelet) printf 'package main\n\nimport (\n\t"context"\n\t"os"\n\n\t"k8s.io/component-base/cli"\n\t"k8s.io/kubernetes/cmd/kubelet/app"\n)\n\nfunc main() { os.Exit(cli.Run(app.NewKubeletCommand(context.Background()))) }\n' ;;
+		kube-apiserver) printf 'package main\n\nimport (\n\t"os"\n\n\t"k8s.io/component-base/cli"\n\t"k8s.io/kubernetes/cmd/kube-apiserver/app"\n)\n\nfunc main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }\n' ;;
+		kube-controller-manager) printf 'package main\n\nimport (\n\t"os"\n\n\t"k8s.io/component-base/cli"\n\t"k8s.io/kubernetes/cmd/kube-controller-manager/app"\n)\n\nfunc main() { os.Exit(cli.Run(app.NewControllerManagerCommand())) }\n' ;;
+		kube-scheduler) printf 'package main\n\nimport (\n\t"os"\n\n\t"k8s.io/component-base/cli"\n\t"k8s.io/kubernetes/cmd/kube-scheduler/app"\n)\n\nfunc main() { os.Exit(cli.Run(app.NewSchedulerCommand())) }\n' ;;
+		*) die "build_kubernetes: unknown command $name" ;;
+		esac >"$tmp/mod/cmd/$name/main.go"
+		pkgs+=("./cmd/$name")
+	done
+	(
+		cd "$tmp/mod"
+		go mod tidy </dev/null
+		# One build for every command: with -o DIR/ go writes each main
+		# package to DIR/<name>, sharing the compiled packages.
+		go build -trimpath -ldflags "$(k8s_ldflags)" -o "$tmp/out/" "${pkgs[@]}" </dev/null
+	)
+	for name in "$@"; do
+		[[ -x $tmp/out/$name ]] || die "build of $name $K8S_VERSION produced no binary"
+	done
+	for name in "$@"; do
+		mv -f "$tmp/out/$name" "$bin/$name.new"
+	done
+	for name in "$@"; do
+		mv -f "$bin/$name.new" "$bin/$name"
+	done
+	rm -rf "$tmp"
+	"$bin/$1" --version
+}
+
+# build_etcd: etcd from a throwaway module calling etcdmain.Main.
+build_etcd() {
+	local bin="$CACHE/etcd-$ETCD_VERSION/bin" tmp
+	mkdir -p "$bin"
+	tmp=$(mktemp -d "$CACHE/.build-etcd-$ETCD_VERSION.XXXXXX")
+	TMPDIRS+=("$tmp")
+	mkdir -p "$tmp/mod"
+	printf 'module etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$tmp/mod/go.mod"
+	printf 'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n' >"$tmp/mod/main.go"
+	(
+		cd "$tmp/mod"
+		go mod tidy </dev/null
+		go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" . </dev/null
+	)
+	mv -f "$tmp/etcd" "$bin/etcd.new"
+	mv -f "$bin/etcd.new" "$bin/etcd"
+	rm -rf "$tmp"
+	"$bin/etcd" --version | head -1
+}
+
+# build_helm: go install, with the version helm's own Makefile stamps in.
+build_helm() {
+	local major=${HELM_VERSION%%.*} dir="$CACHE/helm-$HELM_VERSION" tmp
+	mkdir -p "$dir/bin"
+	tmp=$(mktemp -d "$CACHE/.build-helm.XXXXXX")
+	TMPDIRS+=("$tmp")
+	GOBIN="$tmp" go install -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$HELM_VERSION" \
+		"helm.sh/helm/$major/cmd/helm@$HELM_VERSION" </dev/null
+	mv -f "$tmp/helm" "$dir/bin/helm.new"
+	mv -f "$dir/bin/helm.new" "$dir/bin/helm"
+	rm -rf "$tmp"
+	"$dir/bin/helm" version --short
+}
+
+# setup_k8s: what make e2e-k8s needs, each part only when missing.
+setup_k8s() {
+	local bin="$CACHE/kubernetes-$K8S_VERSION/bin" name want=()
+	for name in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+		if [[ -x $bin/$name ]]; then
+			log "$name $K8S_VERSION: reusing $bin/$name"
+		elif [[ $name == kubelet && -x $CACHE/kubelet-$K8S_VERSION/bin/kubelet ]]; then
+			log "kubelet $K8S_VERSION: reusing $CACHE/kubelet-$K8S_VERSION/bin/kubelet"
+		else
+			want+=("$name")
+		fi
+	done
+	if [[ ${#want[@]} -gt 0 ]]; then
+		step "build ${want[*]} $K8S_VERSION" build_kubernetes "${want[@]}"
+	fi
+	if [[ -x $CACHE/etcd-$ETCD_VERSION/bin/etcd ]]; then
+		log "etcd $ETCD_VERSION: reusing $CACHE/etcd-$ETCD_VERSION/bin/etcd"
+	else
+		step "build etcd $ETCD_VERSION" build_etcd
+	fi
+}
+
 total_start=$(date +%s)
 mkdir -p "$CACHE"
 
@@ -177,6 +309,16 @@ if [[ -x $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc ]]; then
 	log "runc $USERNS_RUNC_VERSION (user-namespace pods): reusing $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc"
 else
 	step "build runc $USERNS_RUNC_VERSION (user-namespace pods)" build_userns_runc
+fi
+
+if [[ -x $CACHE/helm-$HELM_VERSION/bin/helm ]]; then
+	log "helm $HELM_VERSION: reusing $CACHE/helm-$HELM_VERSION/bin/helm"
+else
+	step "build helm $HELM_VERSION" build_helm
+fi
+
+if [[ -n $WANT_K8S ]]; then
+	setup_k8s
 fi
 
 log "all done in $(($(date +%s) - total_start))s; cache: $CACHE"

@@ -45,6 +45,12 @@ func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
 
 func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
+	if err := writableProcSys(); err != nil {
+		for _, s := range sysctls {
+			errs = append(errs, WriteError{Key: s.Key(), Err: err})
+		}
+		return errs
+	}
 	entered := map[sysctl.Namespace]error{}
 	enter := func(ns sysctl.Namespace) error {
 		if err, done := entered[ns]; done {

@@ -271,14 +271,16 @@ func startCluster() (c *cluster, skip string, err error) {
 	c.root = filepath.Join(c.tmp, "root")
 	c.state = filepath.Join(c.tmp, "state")
 	c.logDir = filepath.Join(c.tmp, "log")
-	c.grpcSock = filepath.Join(c.tmp, "containerd.sock")
-	c.nriSock = filepath.Join(c.tmp, "nri.sock")
+	// Each socket in a directory of its own, as on a node: a pod mounts
+	// the directory (test/e2e/k8s_test.go), never the socket file.
+	c.grpcSock = filepath.Join(c.tmp, "containerd", "containerd.sock")
+	c.nriSock = filepath.Join(c.tmp, "nri", "nri.sock")
 	c.cniConfDir = filepath.Join(c.tmp, "cni", "net.d")
 	c.cniDataDir = filepath.Join(c.tmp, "cni", "ipam")
 	c.configPath = filepath.Join(c.tmp, "containerd.toml")
 	c.logPath = filepath.Join(c.logDir, "containerd.log")
 	c.workDir = filepath.Join(c.tmp, "work")
-	for _, d := range []string{c.root, c.state, c.logDir, c.cniConfDir, c.cniDataDir, c.workDir,
+	for _, d := range []string{c.root, c.state, c.logDir, c.cniConfDir, c.cniDataDir, c.workDir, filepath.Dir(c.grpcSock), filepath.Dir(c.nriSock),
 		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "opt"), filepath.Join(c.tmp, "pods")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return c, "", err

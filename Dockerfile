@@ -1,0 +1,20 @@
+# The nri-sysctl image: the static binary alone (no shell, no package
+# manager), the same image `make image` builds offline. Run it as the
+# Helm chart in config/helm/nri-sysctl does.
+#
+#   docker build --build-arg VERSION=$(git describe --tags --always) -t nri-sysctl .
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY pkg/ pkg/
+COPY plugin/ plugin/
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/nri-sysctl ./plugin
+
+FROM scratch
+COPY --from=build /out/nri-sysctl /nri-sysctl
+# root: the NRI socket's directory is root's alone. The chart drops every
+# capability (spec mode).
+USER 0
+ENTRYPOINT ["/nri-sysctl"]

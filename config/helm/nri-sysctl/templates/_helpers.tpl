@@ -1,0 +1,49 @@
+{{/* Names, labels and the paths the DaemonSet mounts. */}}
+
+{{- define "nri-sysctl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "nri-sysctl.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "nri-sysctl.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "nri-sysctl.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "nri-sysctl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nri-sysctl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "nri-sysctl.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "nri-sysctl.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "nri-sysctl.serviceAccountName" -}}
+{{- default (include "nri-sysctl.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{- define "nri-sysctl.configMapName" -}}
+{{- default (include "nri-sysctl.fullname" .) .Values.existingConfigMap }}
+{{- end }}
+
+{{- define "nri-sysctl.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The directory of a socket path: the DaemonSet mounts directories, not
+     socket files, so that a runtime restart (a new socket inode) is seen. */}}
+{{- define "nri-sysctl.socketDir" -}}
+{{- $d := dir . }}
+{{- if or (eq $d ".") (eq $d "/") (not (isAbs .)) }}
+{{- fail (printf "socket path %q: want an absolute path to a socket inside a directory other than /" .) }}
+{{- end }}
+{{- $d }}
+{{- end }}

@@ -1,0 +1,255 @@
+// Command image builds the nri-sysctl container image offline, as an OCI
+// image layout archive that `ctr -n k8s.io images import` takes: one layer
+// holding the static binary at /nri-sysctl, USER 0, ENTRYPOINT
+// ["/nri-sysctl"] (the Dockerfile's image, without a registry or a daemon).
+//
+//	go run . -binary ../../bin/nri-sysctl -name localhost/nri-sysctl:v0.1.0 -out ../../bin/nri-sysctl-image.tar
+//
+// It lives in a module of its own so that go-containerregistry and what it
+// pulls in stay out of the plugin's go.mod.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// entrypoint is where the binary lives in the image.
+const entrypoint = "/nri-sysctl"
+
+func main() {
+	binary := flag.String("binary", "bin/nri-sysctl", "the static nri-sysctl binary (make build)")
+	name := flag.String("name", "", "image name with tag, e.g. localhost/nri-sysctl:v0.1.0")
+	out := flag.String("out", "bin/nri-sysctl-image.tar", "OCI image layout archive to write")
+	arch := flag.String("arch", runtime.GOARCH, "the binary's architecture (GOARCH)")
+	flag.Parse()
+	if err := build(*binary, *name, *arch, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("%s: %s (%s)\n", *out, *name, *arch)
+}
+
+func build(binary, name, arch, out string) error {
+	tag, err := tagOf(name)
+	if err != nil {
+		return err
+	}
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	if err := checkStatic(binary); err != nil {
+		return err
+	}
+	img, err := image(bin, tag, arch)
+	if err != nil {
+		return err
+	}
+	return writeArchive(img, name, tag, arch, out)
+}
+
+// tagOf refuses a name without a tag: containerd would name the image
+// from the annotation as given.
+func tagOf(name string) (string, error) {
+	i := strings.LastIndex(name, ":")
+	if name == "" || i < 0 || i < strings.LastIndex(name, "/") || i == len(name)-1 {
+		return "", fmt.Errorf("-name %q: want a name with a tag, e.g. localhost/nri-sysctl:v0.1.0", name)
+	}
+	return name[i+1:], nil
+}
+
+// checkStatic refuses a dynamically linked binary: the image has no libc.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: not an ELF binary: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked (it has an ELF interpreter); the image has no libc: build it with CGO_ENABLED=0 (make build)", path)
+		}
+	}
+	return nil
+}
+
+// layerTar is the layer: the binary alone, root's, mode 0755, at time 0.
+func layerTar(bin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	hdr := &tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     strings.TrimPrefix(entrypoint, "/"),
+		Mode:     0o755,
+		Size:     int64(len(bin)),
+		ModTime:  time.Unix(0, 0),
+		Format:   tar.FormatPAX,
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func image(bin []byte, tag, arch string) (v1.Image, error) {
+	data, err := layerTar(bin)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	img, err := mutate.Append(base, mutate.Addendum{
+		Layer:   layer,
+		History: v1.History{CreatedBy: "nri-sysctl hack/image: COPY bin/nri-sysctl " + entrypoint, Created: v1.Time{Time: time.Unix(0, 0).UTC()}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS = "linux"
+	cf.Architecture = arch
+	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
+	cf.Config.Entrypoint = []string{entrypoint}
+	cf.Config.Cmd = nil
+	cf.Config.User = "0"
+	cf.Config.WorkingDir = "/"
+	cf.Config.Labels = map[string]string{
+		"org.opencontainers.image.title":   "nri-sysctl",
+		"org.opencontainers.image.source":  "https://github.com/nri-sysctl/nri-sysctl",
+		"org.opencontainers.image.version": tag,
+	}
+	return mutate.ConfigFile(img, cf)
+}
+
+// writeArchive writes an OCI image layout holding the image under its name
+// (containerd's and OCI's annotations) as a tar, through a temporary file
+// renamed into place.
+func writeArchive(img v1.Image, name, tag, arch, out string) (err error) {
+	dir, err := os.MkdirTemp("", "nri-sysctl-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	err = p.AppendImage(img,
+		layout.WithAnnotations(map[string]string{
+			"io.containerd.image.name":          name,
+			"org.opencontainers.image.ref.name": tag,
+		}),
+		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".nri-sysctl-image-*.tar")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := tarDir(dir, tmp); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), out)
+}
+
+// tarDir writes dir's regular files and directories, sorted, root's, at time 0.
+func tarDir(dir string, w io.Writer) error {
+	var paths []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path != dir {
+			paths = append(paths, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Strings(paths)
+	tw := tar.NewWriter(w)
+	for _, path := range paths {
+		rel, _ := filepath.Rel(dir, path)
+		info, err := os.Lstat(path)
+		if err != nil {
+			return err
+		}
+		hdr := &tar.Header{Name: filepath.ToSlash(rel), ModTime: time.Unix(0, 0), Mode: 0o644}
+		switch {
+		case info.IsDir():
+			hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, hdr.Name+"/", 0o755
+		case info.Mode().IsRegular():
+			hdr.Typeflag, hdr.Size = tar.TypeReg, info.Size()
+		default:
+			return errors.New(path + ": unexpected file type in the image layout")
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
+}

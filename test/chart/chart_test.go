@@ -1,0 +1,410 @@
+// Package chart checks the Helm chart in config/helm/nri-sysctl with the
+// helm that test/setup.sh builds: helm lint, and helm template rendered
+// per mode, read back and checked field by field; and that the plain
+// manifests in config/kubernetes are what the chart renders.
+package chart
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+const (
+	chartDir = "../../config/helm/nri-sysctl"
+	// kubeVersion is what the tests render for (the chart wants >= 1.30).
+	kubeVersion = "v1.37.2"
+)
+
+// helmPath finds helm in the test cache (test/setup.sh builds it).
+func helmPath(t *testing.T) string {
+	t.Helper()
+	cache := os.Getenv("NRI_SYSCTL_CACHE")
+	if cache == "" {
+		cache = "/var/cache/nri-sysctl-e2e"
+	}
+	version := os.Getenv("NRI_SYSCTL_HELM_VERSION")
+	if version == "" {
+		version = "v3.22.0"
+	}
+	p := filepath.Join(cache, "helm-"+version, "bin", "helm")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("\n\n*** SKIPPING the chart checks: %s is missing; run `sudo test/setup.sh` ***\n", p)
+	}
+	return p
+}
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmPath(t), args...)
+	// No user's helm config or cache: a clean, offline run.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, stderr.String(), stdout.String())
+	}
+	return stdout.String(), nil
+}
+
+// render runs helm template with --set pairs and returns the objects.
+func render(t *testing.T, sets ...string) []obj {
+	t.Helper()
+	out, err := renderText(t, sets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeAll(t, out)
+}
+
+func renderText(t *testing.T, sets ...string) (string, error) {
+	args := []string{"template", "nri-sysctl", chartDir, "--namespace", "nri-sysctl", "--kube-version", kubeVersion}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return helm(t, args...)
+}
+
+type obj = map[string]any
+
+func decodeAll(t *testing.T, text string) []obj {
+	t.Helper()
+	dec := yaml.NewDecoder(strings.NewReader(text))
+	var objs []obj
+	for {
+		var o obj
+		err := dec.Decode(&o)
+		if errors.Is(err, os.ErrClosed) || (err != nil && err.Error() == "EOF") {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decoding rendered YAML: %v\n%s", err, text)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+// get walks a path of map keys and list indexes.
+func get(o any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := o.(obj)
+			if !ok {
+				return nil
+			}
+			o = m[k]
+		case int:
+			l, ok := o.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			o = l[k]
+		}
+	}
+	return o
+}
+
+func find(t *testing.T, objs []obj, kind string) obj {
+	t.Helper()
+	for _, o := range objs {
+		if o["kind"] == kind {
+			return o
+		}
+	}
+	return nil
+}
+
+type daemonSet struct {
+	t    *testing.T
+	pod  obj
+	ctr  obj
+	args []string
+}
+
+func renderDaemonSet(t *testing.T, sets ...string) (daemonSet, []obj) {
+	t.Helper()
+	objs := render(t, sets...)
+	ds := find(t, objs, "DaemonSet")
+	if ds == nil {
+		t.Fatalf("no DaemonSet rendered")
+	}
+	d := daemonSet{t: t, pod: get(ds, "spec", "template", "spec").(obj)}
+	ctrs := get(d.pod, "containers").([]any)
+	if len(ctrs) != 1 {
+		t.Fatalf("%d containers, want 1", len(ctrs))
+	}
+	d.ctr = ctrs[0].(obj)
+	for _, a := range get(d.ctr, "args").([]any) {
+		d.args = append(d.args, a.(string))
+	}
+	return d, objs
+}
+
+// hostDirs maps each hostPath volume's path to its mount path and type.
+func (d daemonSet) hostDirs() map[string][2]string {
+	mounts := map[string]string{}
+	for _, m := range get(d.ctr, "volumeMounts").([]any) {
+		mounts[m.(obj)["name"].(string)] = m.(obj)["mountPath"].(string)
+	}
+	dirs := map[string][2]string{}
+	for _, v := range get(d.pod, "volumes").([]any) {
+		hp, ok := v.(obj)["hostPath"].(obj)
+		if !ok {
+			continue
+		}
+		dirs[hp["path"].(string)] = [2]string{mounts[v.(obj)["name"].(string)], fmt.Sprint(hp["type"])}
+	}
+	return dirs
+}
+
+func (d daemonSet) sc(key string) any { return get(d.ctr, "securityContext", key) }
+
+func (d daemonSet) addedCaps() []string {
+	var caps []string
+	for _, c := range asList(get(d.ctr, "securityContext", "capabilities", "add")) {
+		caps = append(caps, c.(string))
+	}
+	slices.Sort(caps)
+	return caps
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func (d daemonSet) hasArg(a string) bool { return slices.Contains(d.args, a) }
+
+func TestHelmLint(t *testing.T) {
+	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}} {
+		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "0 chart(s) failed") {
+			t.Fatalf("helm lint %v:\n%s", sets, out)
+		}
+	}
+}
+
+// Both modes: directories (not socket files) mounted, the node-critical
+// priority, every taint tolerated, Linux nodes only, root without
+// privilege, the config from a ConfigMap directory.
+func checkCommon(t *testing.T, d daemonSet) {
+	t.Helper()
+	dirs := d.hostDirs()
+	for _, dir := range []string{"/var/run/nri", "/run/containerd"} {
+		got, ok := dirs[dir]
+		if !ok || got != [2]string{dir, "Directory"} {
+			t.Errorf("hostPath %s: %v (present %v); want mounted at the same path, type Directory (hostPaths: %v)", dir, got, ok, dirs)
+		}
+	}
+	for dir := range dirs {
+		if strings.HasSuffix(dir, ".sock") {
+			t.Errorf("a socket file is mounted: %s", dir)
+		}
+	}
+	if got := d.pod["priorityClassName"]; got != "system-node-critical" {
+		t.Errorf("priorityClassName %v", got)
+	}
+	if got := get(d.pod, "tolerations"); !reflect.DeepEqual(got, []any{obj{"operator": "Exists"}}) {
+		t.Errorf("tolerations %v, want [{operator: Exists}]", got)
+	}
+	if got := get(d.pod, "nodeSelector", "kubernetes.io/os"); got != "linux" {
+		t.Errorf("nodeSelector kubernetes.io/os = %v", got)
+	}
+	for key, want := range map[string]any{"privileged": false, "readOnlyRootFilesystem": true, "runAsUser": 0, "runAsNonRoot": false} {
+		if got := d.sc(key); got != want {
+			t.Errorf("securityContext.%s = %v, want %v", key, got, want)
+		}
+	}
+	if got := get(d.ctr, "securityContext", "capabilities", "drop"); !reflect.DeepEqual(got, []any{"ALL"}) {
+		t.Errorf("capabilities.drop = %v, want [ALL]", got)
+	}
+	if !d.hasArg("--config=/etc/nri-sysctl/config.yaml") || !d.hasArg("--watch-config=5s") {
+		t.Errorf("args %v: want the ConfigMap's file and --watch-config", d.args)
+	}
+	var cfgVol obj
+	for _, v := range get(d.pod, "volumes").([]any) {
+		if v.(obj)["name"] == "config" {
+			cfgVol = v.(obj)
+		}
+	}
+	if get(cfgVol, "configMap", "name") != "nri-sysctl" {
+		t.Errorf("config volume %v, want the ConfigMap nri-sysctl", cfgVol)
+	}
+	if get(d.pod, "hostNetwork") == true || get(d.pod, "hostIPC") == true {
+		t.Errorf("host network or IPC namespace: %v", d.pod)
+	}
+}
+
+func TestTemplateSpecMode(t *testing.T) {
+	d, objs := renderDaemonSet(t)
+	checkCommon(t, d)
+	if caps := d.addedCaps(); len(caps) != 0 {
+		t.Errorf("spec mode adds capabilities %v, want none", caps)
+	}
+	if got := d.sc("allowPrivilegeEscalation"); got != false {
+		t.Errorf("allowPrivilegeEscalation = %v, want false", got)
+	}
+	if get(d.pod, "hostPID") == true {
+		t.Error("spec mode has hostPID")
+	}
+	for _, a := range []string{"--mode=spec", "--skip-kernel-check", "--remove-taint", "--metrics-address=:9183", "--containerd-address=/run/containerd/containerd.sock", "--nri-socket=/var/run/nri/nri.sock"} {
+		if !d.hasArg(a) {
+			t.Errorf("args %v lack %s", d.args, a)
+		}
+	}
+	if got := get(d.ctr, "readinessProbe", "httpGet", "path"); got != "/healthz" {
+		t.Errorf("readinessProbe %v, want /healthz", get(d.ctr, "readinessProbe"))
+	}
+	if len(d.hostDirs()) != 2 {
+		t.Errorf("hostPath volumes %v, want the NRI and containerd socket directories only", d.hostDirs())
+	}
+	if get(d.pod, "automountServiceAccountToken") != true {
+		t.Error("the token is needed to remove the taint")
+	}
+	role := find(t, objs, "ClusterRole")
+	if role == nil {
+		t.Fatal("no ClusterRole")
+	}
+	want := []any{obj{"apiGroups": []any{""}, "resources": []any{"nodes"}, "verbs": []any{"get", "patch"}}}
+	if got := role["rules"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("ClusterRole rules %v, want %v", got, want)
+	}
+	if find(t, objs, "ClusterRoleBinding") == nil || find(t, objs, "ConfigMap") == nil || find(t, objs, "ServiceAccount") == nil {
+		t.Error("missing ClusterRoleBinding, ConfigMap or ServiceAccount")
+	}
+}
+
+func TestTemplateNamespaceMode(t *testing.T) {
+	d, _ := renderDaemonSet(t, "mode=namespace")
+	checkCommon(t, d)
+	if want := []string{"NET_ADMIN", "SETGID", "SETUID", "SYS_ADMIN", "SYS_PTRACE"}; !reflect.DeepEqual(d.addedCaps(), want) {
+		t.Errorf("namespace mode adds %v, want exactly %v", d.addedCaps(), want)
+	}
+	if get(d.pod, "hostPID") != true {
+		t.Error("namespace mode needs hostPID")
+	}
+	if !d.hasArg("--mode=namespace") || d.hasArg("--skip-kernel-check") {
+		t.Errorf("args %v: want --mode=namespace and the kernel probe", d.args)
+	}
+	var netns obj
+	for _, m := range get(d.ctr, "volumeMounts").([]any) {
+		if m.(obj)["name"] == "netns" {
+			netns = m.(obj)
+		}
+	}
+	if netns["mountPath"] != "/var/run/netns" || netns["mountPropagation"] != "HostToContainer" {
+		t.Errorf("netns mount %v, want /var/run/netns with HostToContainer propagation", netns)
+	}
+}
+
+func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
+	d, _ := renderDaemonSet(t, "containerd.socket=/run/k3s/containerd/containerd.sock")
+	if got := d.hostDirs()["/run/k3s/containerd"]; got != [2]string{"/run/k3s/containerd", "Directory"} {
+		t.Errorf("k3s: hostPaths %v", d.hostDirs())
+	}
+	if !d.hasArg("--containerd-address=/run/k3s/containerd/containerd.sock") {
+		t.Errorf("k3s: args %v", d.args)
+	}
+	// Where no kube-proxy serves the kubernetes Service: extraEnv.
+	d, _ = renderDaemonSet(t, "extraEnv[0].name=KUBERNETES_SERVICE_HOST", "extraEnv[0].value=10.0.0.1")
+	if env := get(d.ctr, "env"); !reflect.DeepEqual(get(env, 1), obj{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}) || get(env, 0, "name") != "NODE_NAME" {
+		t.Errorf("extraEnv: env %v", env)
+	}
+	// Both sockets in one directory: one volume, mounted once.
+	d, _ = renderDaemonSet(t, "containerd.socket=/run/x/containerd.sock", "nri.socket=/run/x/nri.sock")
+	if len(d.hostDirs()) != 1 {
+		t.Errorf("one directory for both sockets: hostPaths %v", d.hostDirs())
+	}
+}
+
+func TestTemplateWithoutTaintRemovalOrMetrics(t *testing.T) {
+	d, objs := renderDaemonSet(t, "removeTaint=false", "metrics.enabled=false")
+	if find(t, objs, "ClusterRole") != nil || find(t, objs, "ClusterRoleBinding") != nil {
+		t.Error("RBAC rendered without removeTaint")
+	}
+	if get(d.pod, "automountServiceAccountToken") != false || d.hasArg("--remove-taint") {
+		t.Errorf("token mounted or --remove-taint without removeTaint: %v", d.args)
+	}
+	if get(d.ctr, "readinessProbe") != nil || strings.Contains(strings.Join(d.args, " "), "--metrics-address") {
+		t.Error("readiness probe or metrics without metrics.enabled")
+	}
+}
+
+func TestTemplateRefusesBadValues(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"mode=auto", "mode"},
+		{"containerd.socket=containerd.sock", "socket"},
+		{"nri.socket=/nri.sock", "socket"},
+		{"watchConfigInterval=often", "watchConfigInterval"},
+		{"unknownKey=1", "unknownKey"},
+	} {
+		out, err := renderText(t, tc.set)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: err %v, want one naming %q\n%s", tc.set, err, tc.want, out)
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite config/kubernetes/nri-sysctl.yaml from the chart (make manifests)")
+
+const plainManifests = "../../config/kubernetes/nri-sysctl.yaml"
+
+// config/kubernetes/nri-sysctl.yaml is the chart's default rendering
+// without Helm's own labels (make manifests).
+func TestPlainManifestsMatchChart(t *testing.T) {
+	out, err := renderText(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := plain(out)
+	if *update {
+		if err := os.WriteFile(plainManifests, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(plainManifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s differs from the chart's rendering: run `make manifests`", plainManifests)
+	}
+}
+
+// plain drops what only Helm needs from helm template's output.
+func plain(rendered string) string {
+	var b strings.Builder
+	b.WriteString("# Generated by `make manifests` from config/helm/nri-sysctl: helm template\n" +
+		"# with the default values, namespace nri-sysctl. Edit the chart, not this file.\n" +
+		"# The namespace is in namespace.yaml; kubectl apply -k config/kubernetes applies both.\n")
+	for _, line := range strings.SplitAfter(rendered, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "# Source:") || strings.HasPrefix(trimmed, "helm.sh/chart:") || trimmed == "app.kubernetes.io/managed-by: Helm" {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
