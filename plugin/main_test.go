@@ -20,6 +20,12 @@ func writeFile(t *testing.T, text string) string {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A file written moments ago is read only once it has held still
+	// (config.Load's settle time); these are written once, not edited.
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
 	return path
 }
 

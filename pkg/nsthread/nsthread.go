@@ -3,6 +3,7 @@
 package nsthread
 
 import (
+	"fmt"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -32,4 +33,38 @@ func onThread(fn func(), done chan<- struct{}) {
 	}
 	defer close(done)
 	fn()
+}
+
+// procSys is where sysctls are written.
+const procSys = "/proc/sys"
+
+// WritableProcSys gives the calling (locked, thrown-away) thread a writable /proc/sys when the
+// plugin's own is read-only, as a container runtime mounts it in every
+// unprivileged container (a DaemonSet pod in namespace mode). The thread
+// gets a mount namespace of its own, in which /proc/sys is remounted
+// read-write; the thread is thrown away after the write (nsthread), and
+// nothing changes in the plugin's or the host's mounts. What /proc/sys/net
+// shows follows the thread's network namespace, whatever the mount, so the
+// pod's values are the ones written. Needs CAP_SYS_ADMIN, as setns does.
+// It does nothing where /proc/sys is writable (on the host).
+func WritableProcSys() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(procSys, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", procSys, err)
+	}
+	if st.Flags&unix.ST_RDONLY == 0 {
+		return nil
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("%s is mounted read-only (in a container?), and a mount namespace to remount it in failed: %w", procSys, err)
+	}
+	// Nothing done in this namespace may reach the one it was copied from.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the thread's mounts private: %w", err)
+	}
+	keep := uintptr(st.Flags) & (unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("", procSys, "", unix.MS_REMOUNT|unix.MS_BIND|keep, ""); err != nil {
+		return fmt.Errorf("%s is mounted read-only (in a container?), and remounting it read-write failed: %w", procSys, err)
+	}
+	return nil
 }

@@ -45,7 +45,7 @@ func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
 
 func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
-	if err := writableProcSys(); err != nil {
+	if err := nsthread.WritableProcSys(); err != nil {
 		for _, s := range sysctls {
 			errs = append(errs, WriteError{Key: s.Key(), Err: err})
 		}

@@ -29,10 +29,10 @@ func TestWriteThroughReadOnlyProcSys(t *testing.T) {
 		if setupErr = unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); setupErr != nil {
 			return
 		}
-		if setupErr = unix.Mount(procSys, procSys, "", unix.MS_BIND, ""); setupErr != nil {
+		if setupErr = unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND, ""); setupErr != nil {
 			return
 		}
-		if setupErr = unix.Mount("", procSys, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); setupErr != nil {
+		if setupErr = unix.Mount("", "/proc/sys", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); setupErr != nil {
 			return
 		}
 		errs = writeLocked(Target{sysctl.Net: {Path: netns}}, []sysctl.Sysctl{sysctl.New(key, want)})
@@ -47,7 +47,7 @@ func TestWriteThroughReadOnlyProcSys(t *testing.T) {
 		t.Fatalf("%s in the pod's netns = %s, want %s", key, got, want)
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(procSys, &st); err != nil {
+	if err := unix.Statfs("/proc/sys", &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.Flags&unix.ST_RDONLY != 0 {

@@ -26,6 +26,12 @@ func Kernel(names []string) (refused map[string]error, err error) {
 			err = fmt.Errorf("kernel probe: cannot create throw-away namespaces (needs root): %w; use --skip-kernel-check to leave the kernel probe out", err)
 			return
 		}
+		// In a container /proc/sys is read-only, which says nothing of
+		// what a pod may set.
+		if err = nsthread.WritableProcSys(); err != nil {
+			err = fmt.Errorf("kernel probe: %w", err)
+			return
+		}
 		refused = map[string]error{}
 		for _, name := range names {
 			if sysctl.NamespaceOf(name) == sysctl.NotNamespaced {

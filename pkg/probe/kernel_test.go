@@ -2,10 +2,13 @@ package probe
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,4 +198,49 @@ func strayThreads(t *testing.T, net, ipc string) []string {
 		}
 	}
 	return stray
+}
+
+// probeInReadOnlyProcSysEnv makes the test binary, re-run in a mount
+// namespace whose /proc/sys is read-only (as in every unprivileged
+// container), run both probes and print what they refuse.
+const probeInReadOnlyProcSysEnv = "NRI_SYSCTL_TEST_READONLY_PROC_SYS"
+
+// In a DaemonSet pod the plugin's /proc/sys is read-only. The probes still
+// tell what a pod may set: the kernel probe and host root's view through a
+// thread-private read-write remount; for runc's view a key that meets only
+// the read-only mount is not held against it. (Before, every key was refused as read-only and the
+// plugin refused to start in namespace mode.)
+func TestProbesThroughReadOnlyProcSys(t *testing.T) {
+	if os.Getenv(probeInReadOnlyProcSysEnv) == "1" {
+		names := []string{"net.ipv4.tcp_keepalive_time", "kernel.msgmax", "kernel.domainname"}
+		kernel, err := Kernel(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users, err := UserNamespace(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("kernel=%v host=%v pod=%v\n", kernel, users[sysctl.WriterHost], users[sysctl.WriterInPod])
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs util-linux unshare")
+	}
+	script := `mount --make-rprivate / && mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec "$0" -test.run '^TestProbesThroughReadOnlyProcSys$' -test.v`
+	cmd := exec.Command("unshare", "-m", "sh", "-c", script, os.Args[0])
+	cmd.Env = append(os.Environ(), probeInReadOnlyProcSysEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probes in a mount namespace with a read-only /proc/sys: %v\n%s", err, out)
+	}
+	// The same as with a writable /proc/sys: the permission check comes
+	// before the read-only one, so runc's refusal still shows.
+	want := "kernel=map[] host=map[kernel.msgmax:" + ErrDeniedInUserNamespace.Error() + "] pod=map[kernel.domainname:" + ErrDeniedInUserNamespace.Error() + "]"
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("probe results through a read-only /proc/sys:\n%s\nwant a line %q", out, want)
+	}
 }

@@ -149,6 +149,13 @@ func converse(pid int, stdin io.Writer, stdout io.Reader, names []string, refuse
 		if openErr == nil {
 			return fmt.Errorf("unexpected line from the helper: %q", line)
 		}
+		if errors.Is(openErr, unix.EROFS) {
+			// The plugin's /proc/sys is read-only (it runs in a
+			// container), and a user namespace cannot remount it:
+			// runc, writing through the pod's own fresh /proc, is
+			// not refused for that. Nothing is known of this key.
+			continue
+		}
 		refused[sysctl.WriterInPod][fields[1]] = userNamespaceRefusal(sysctl.WriterInPod, openErr)
 	}
 	if !ready {
@@ -164,6 +171,9 @@ func converse(pid int, stdin io.Writer, stdout io.Reader, names []string, refuse
 // The helper is this process's child, not yet reaped: its pid cannot
 // name another process.
 func probeAsHost(pid int, names []string, refused map[string]error) error {
+	if err := nsthread.WritableProcSys(); err != nil {
+		return err
+	}
 	for _, ns := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS} {
 		path := "/proc/" + strconv.Itoa(pid) + "/ns/" + ns.ProcName()
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
