@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # containerd versions the end-to-end tests run against (see README).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
-.PHONY: all build test unit vet fmt-check fuzz-smoke e2e setup test-all demo install clean
+.PHONY: all build test unit vet fmt-check fuzz-smoke e2e setup test-all demo install clean vm-test vm-setup
 
 all: build
 
@@ -47,7 +47,20 @@ e2e: build
 	done
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test fuzz-smoke e2e bench-smoke
+test-all: setup test fuzz-smoke e2e vm-test bench-smoke
+
+## vm-setup: what the VM test needs (qemu, mmdebstrap, containerd, kubelet).
+VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.9
+vm-setup:
+	test/vm/setup.sh $(VM_CONTAINERD_VERSIONS)
+
+## vm-test: a real node under qemu (systemd as PID 1, containerd,
+## nri-sysctl.service, kubelet with static pods), built as a Debian 12 image
+## and cached in /var/cache/nri-sysctl-e2e/vm (test/vm, README "The VM test").
+## VM_TEST_RUN selects tests (a go test -run pattern).
+VM_TEST_RUN ?= .
+vm-test: build vm-setup
+	NRI_SYSCTL_VM=1 $(GO) test -count=1 -timeout 120m -v -run '$(VM_TEST_RUN)' ./test/vm/
 
 ## demo: a throwaway containerd (v2.4.2), the plugin with config/config.yaml,
 ## one pod, and the sysctls inside it beside the kernel's and the host's.
