@@ -86,6 +86,10 @@ func bootVM(t *testing.T, img *nodeImage, scenario, brk string) *vm {
 	if brk != "" {
 		cmdline += " vmtest.break=" + brk
 	}
+	// For trying things by hand, e.g. NRI_SYSCTL_VM_APPEND=vmtest.harden=clock,ipdeny.
+	if extra := os.Getenv("NRI_SYSCTL_VM_APPEND"); extra != "" {
+		cmdline += " " + extra
+	}
 	args := []string{
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-m", "2048", "-smp", "2",
 		"-kernel", img.kernel, "-initrd", img.initrd, "-append", cmdline,

@@ -13,6 +13,8 @@
 //	NRI_SYSCTL_CACHE              build cache (default /var/cache/nri-sysctl-e2e)
 //	NRI_SYSCTL_VM_BREAK           boot the main scenarios with a broken unit
 //	                              (protecthostname, afterkubelet): they must fail
+//	NRI_SYSCTL_VM_APPEND          more kernel command line, e.g. vmtest.harden=clock,ipdeny
+//	                              (extra unit settings to try, see the image's generator)
 //	NRI_SYSCTL_VM_TIMEOUT         kill a VM still running after this (default 30m)
 //	NRI_SYSCTL_VM_BOOT_TIMEOUT    wait this long for the agent (default 10m)
 package vm
