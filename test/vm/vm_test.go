@@ -15,6 +15,7 @@
 //	                              (protecthostname, afterkubelet): they must fail
 //	NRI_SYSCTL_VM_APPEND          more kernel command line, e.g. vmtest.harden=clock,ipdeny
 //	                              (extra unit settings to try, see the image's generator)
+//	NRI_SYSCTL_VM_POD_TIMEOUT     wait this long for the static pods (default 10m)
 //	NRI_SYSCTL_VM_TIMEOUT         kill a VM still running after this (default 30m)
 //	NRI_SYSCTL_VM_BOOT_TIMEOUT    wait this long for the agent (default 10m)
 package vm
@@ -40,6 +41,9 @@ const (
 	specContainerd      = "v2.4.2" // spec mode (>= 2.3: NRI v0.12)
 	namespaceContainerd = "v2.2.9" // auto mode picks namespace mode (NRI v0.11 panics on sysctl adjustments)
 )
+
+// podTimeout is how long the node's static pods may take to run after boot.
+func podTimeout() time.Duration { return envDuration("NRI_SYSCTL_VM_POD_TIMEOUT", 10*time.Minute) }
 
 func skipUnlessVM(t *testing.T) {
 	t.Helper()
@@ -394,7 +398,7 @@ func TestVMSpecModeService(t *testing.T) {
 
 	t.Run("static pods at boot", func(t *testing.T) {
 		v.t = t
-		checkNodePods(t, v, 10*time.Minute)
+		checkNodePods(t, v, podTimeout())
 		// systemd's record: kubelet started after the plugin was ready
 		// (Type=notify: active only once registered with NRI).
 		ready := v.unitPropInt("nri-sysctl.service", "ActiveEnterTimestampMonotonic")
@@ -530,13 +534,16 @@ func TestVMSpecModeService(t *testing.T) {
 
 // maxExposure is the score measured in the VM (systemd 252, README): a
 // higher one means the unit lost some of its hardening.
-const maxExposure = 3.6
+const maxExposure = 3.0
 
 func TestVMPreinstalled(t *testing.T) {
 	skipUnlessVM(t)
 	img := getNodeImage(t, specContainerd)
 	v := bootVM(t, img, "preinstalled", os.Getenv("NRI_SYSCTL_VM_BREAK"))
-	checkNodePods(t, v, 10*time.Minute)
+	checkNodePods(t, v, podTimeout())
+	if t.Failed() {
+		return
+	}
 	if state := v.unitProp("nri-sysctl.service", "ActiveState"); state != "inactive" {
 		t.Errorf("nri-sysctl.service is %s: the pre-installed boot must run without it", state)
 	}
@@ -570,7 +577,10 @@ func TestVMNamespaceMode(t *testing.T) {
 	skipUnlessVM(t)
 	img := getNodeImage(t, namespaceContainerd)
 	v := bootVM(t, img, "service", os.Getenv("NRI_SYSCTL_VM_BREAK"))
-	checkNodePods(t, v, 10*time.Minute)
+	checkNodePods(t, v, podTimeout())
+	if t.Failed() {
+		return
+	}
 	// containerd 2.2.x dies on any NRI sysctl adjustment (runtime-notes):
 	// it never restarted, so the plugin used namespace mode.
 	if n := v.unitProp("containerd.service", "NRestarts"); n != "0" {
