@@ -17,7 +17,7 @@ CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s
+.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
@@ -90,7 +90,20 @@ e2e-k8s: image
 	done
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test fuzz-smoke e2e e2e-k8s bench-smoke
+test-all: setup test fuzz-smoke e2e e2e-k8s vm-test bench-smoke
+
+## vm-setup: what the VM test needs (qemu, mmdebstrap, containerd, kubelet).
+VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.9
+vm-setup:
+	test/vm/setup.sh $(VM_CONTAINERD_VERSIONS)
+
+## vm-test: a real node under qemu (systemd as PID 1, containerd,
+## nri-sysctl.service, kubelet with static pods), built as a Debian 12 image
+## and cached in /var/cache/nri-sysctl-e2e/vm (test/vm, README "The VM test").
+## VM_TEST_RUN selects tests (a go test -run pattern).
+VM_TEST_RUN ?= .
+vm-test: build vm-setup
+	NRI_SYSCTL_VM=1 $(GO) test -count=1 -timeout 120m -v -run '$(VM_TEST_RUN)' ./test/vm/
 
 ## demo: a throwaway containerd (v2.4.2), the plugin with config/config.yaml,
 ## one pod, and the sysctls inside it beside the kernel's and the host's.

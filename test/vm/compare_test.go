@@ -1,0 +1,200 @@
+package vm
+
+// kubelet's own defaultPodSysctls (alpha in 1.37, feature gate
+// DefaultPodSysctls) side by side with nri-sysctl, on the same kubelet and
+// the same node image: the same defaults and the same static pods, booted
+// three times:
+//   compare-kubelet  kubelet's defaultPodSysctls, nri-sysctl.service off
+//   compare-plugin   nri-sysctl with the same defaults, feature gate off
+//   compare-both     both; the plugin's values differ from kubelet's by one,
+//                    so each value read says who set it
+// Values are read inside each pod's container. The test fails where the two
+// disagree on a case where they are meant to agree (knownDifferences lists
+// the ones that are explained in docs/kubelet-comparison.md), and where
+// compare-both is not what the README promises (the pod's own values,
+// kubelet's defaults included, win over the plugin's).
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var compareKeys = []string{
+	"net.ipv4.tcp_keepalive_time",
+	"net.ipv4.tcp_keepalive_probes", // given as net/ipv4/tcp_keepalive_probes in both configs
+	"net.ipv4.ip_unprivileged_port_start",
+	"kernel.msgmax",
+	"kernel.domainname",
+}
+
+// comparePods are test/vm/rootfs/usr/local/lib/vmtest/manifests/compare.
+var comparePods = []string{"plain", "own", "slash", "hostnet", "hostipc", "userns"}
+
+var compareRuns = []string{"compare-kubelet", "compare-plugin", "compare-both"}
+
+// notComparable: pods where kubelet's feature and the plugin are not meant
+// to agree, with the reason (docs/kubelet-comparison.md).
+var notComparable = map[string]string{
+	"userns": "the plugin leaves out keys a user namespace refuses (README); kubelet sets every default",
+}
+
+const notStarted = "did not start"
+
+func TestVMKubeletComparison(t *testing.T) {
+	skipUnlessVM(t)
+	img := getNodeImage(t, specContainerd)
+	results := map[string]map[string]map[string]string{} // run -> pod -> key -> value
+	host := map[string]string{}
+	for _, run := range compareRuns {
+		ok := t.Run(run, func(t *testing.T) {
+			v := bootVM(t, img, run, "")
+			// A pod that never starts is a result too (a default its
+			// namespaces refuse): its row says so, with kubelet's reason.
+			if err := v.waitPods([]string{"plain"}, 10*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for _, pod := range comparePods {
+				v.waitPodOrError(pod, 3*time.Minute)
+			}
+			results[run] = map[string]map[string]string{}
+			for _, pod := range comparePods {
+				if id, err := v.appContainer(pod); err != nil || id == "" {
+					why := v.notStartedReason(pod)
+					t.Logf("%s: pod %s did not start: %s", run, pod, why)
+					results[run][pod] = map[string]string{}
+					for _, k := range compareKeys {
+						results[run][pod][k] = notStarted + ": " + why
+					}
+					continue
+				}
+				got, err := v.podValues(pod, compareKeys)
+				if err != nil {
+					t.Fatalf("pod %s: %v", pod, err)
+				}
+				results[run][pod] = got
+				t.Logf("%s: pod %s: %s", run, pod, formatValues(got))
+			}
+			h, err := v.hostValues(compareKeys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			host = h
+		})
+		if !ok {
+			t.FailNow()
+		}
+	}
+
+	table := comparisonTable(results, host)
+	t.Logf("values read inside the pods' containers:\n%s", table)
+	if out := os.Getenv("NRI_SYSCTL_VM_COMPARISON_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+			t.Error(err)
+		}
+	} else if err := os.MkdirAll(filepath.Join(repoRoot(t), "bin"), 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(repoRoot(t), "bin", "kubelet-comparison.md"), []byte(table), 0o644)
+	}
+
+	k, p, b := results["compare-kubelet"], results["compare-plugin"], results["compare-both"]
+	for _, pod := range comparePods {
+		for _, key := range compareKeys {
+			id := pod + "/" + key
+			if why, known := notComparable[pod]; known {
+				t.Logf("%s: not compared (%s): kubelet %q, plugin %q", id, why, k[pod][key], p[pod][key])
+			} else if k[pod][key] != p[pod][key] {
+				t.Errorf("%s: kubelet's defaultPodSysctls gives %q, nri-sysctl %q", id, k[pod][key], p[pod][key])
+			}
+			// Both: kubelet's defaults reach containerd as the pod's own
+			// sysctls, and the pod's own values win over the plugin's.
+			if b[pod][key] != k[pod][key] {
+				t.Errorf("%s with both: %q, want kubelet's %q (the plugin defers to the pod's sysctls, kubelet's defaults among them)", id, b[pod][key], k[pod][key])
+			}
+		}
+	}
+	// The plugin bug reported with this test (docs/kubelet-comparison.md):
+	// it sets kernel.domainname in hostUsers: false pods, where runc cannot
+	// write it, so their containers fail, as with kubelet's feature. When it
+	// is fixed, the userns pod starts under the plugin and must have every
+	// default but kernel.domainname.
+	if v := p["userns"]["kernel.domainname"]; strings.HasPrefix(v, notStarted) {
+		t.Logf("KNOWN PLUGIN BUG (reported): the hostUsers: false pod does not start under nri-sysctl: %s", v)
+	} else {
+		want := map[string]string{}
+		for key, val := range p["plain"] {
+			want[key] = val
+		}
+		want["kernel.domainname"] = host["kernel.domainname"]
+		if d := diffValues(p["userns"], want); len(d) > 0 {
+			t.Errorf("userns pod under nri-sysctl: %s", strings.Join(d, "; "))
+		} else {
+			t.Logf("the plugin bug is fixed: the userns pod started with %s; update docs/kubelet-comparison.md", formatValues(p["userns"]))
+		}
+	}
+}
+
+// waitPodOrError waits until the pod runs, or kubelet has logged the same
+// error for it twice, 10s apart, or timeout.
+func (v *vm) waitPodOrError(pod string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if id, err := v.appContainer(pod); err == nil && id != "" {
+			return
+		}
+		why := v.notStartedReason(pod)
+		if why != noError && why == last {
+			return
+		}
+		last = why
+		time.Sleep(10 * time.Second)
+	}
+}
+
+const noError = "no error logged by kubelet"
+
+// notStartedReason is the last RunPodSandbox/StartContainer error kubelet
+// logged for a static pod, shortened to the runtime's own words.
+func (v *vm) notStartedReason(pod string) string {
+	out, _ := v.run(fmt.Sprintf(`journalctl -u kubelet --no-pager -o cat | grep -F '%s-%s' | grep -oE '(runc create failed|nri-sysctl)[^"\\]*' | tail -n1`, pod, nodeName), time.Minute)
+	if out = strings.TrimSpace(out); out == "" {
+		return noError
+	}
+	return out
+}
+
+func comparisonTable(results map[string]map[string]map[string]string, host map[string]string) string {
+	var b strings.Builder
+	var notes []string
+	cell := func(v string) string {
+		if !strings.HasPrefix(v, notStarted) {
+			return v
+		}
+		i := slices.Index(notes, v)
+		if i < 0 {
+			notes = append(notes, v)
+			i = len(notes) - 1
+		}
+		return fmt.Sprintf("pod did not start [%d]", i+1)
+	}
+	fmt.Fprintf(&b, "| pod | key | kernel (VM host) | kubelet defaultPodSysctls | nri-sysctl | both (plugin's values differ) |\n|---|---|---|---|---|---|\n")
+	for _, pod := range comparePods {
+		for _, key := range compareKeys {
+			k := results["compare-kubelet"][pod][key]
+			p := results["compare-plugin"][pod][key]
+			mark := ""
+			if k != p {
+				mark = " **≠**"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s%s | %s |\n", pod, key, host[key], cell(k), cell(p), mark, cell(results["compare-both"][pod][key]))
+		}
+	}
+	for i, n := range notes {
+		fmt.Fprintf(&b, "\n[%d] %s\n", i+1, n)
+	}
+	return b.String()
+}

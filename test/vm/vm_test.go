@@ -1,0 +1,615 @@
+// Package vm boots a real node under qemu: a Debian 12 image with systemd as
+// PID 1, containerd, nri-sysctl.service (as `make install` lays it out) and
+// kubelet creating static pods. It checks, from inside the pods' containers
+// and from the VM's host namespaces, that the node's first pods get their
+// defaults, that reload, containerd restarts and a killed plugin behave as
+// the README says, the pre-installed set-up, namespace mode on containerd
+// 2.2.9 under the hardened unit, and the unit's systemd-analyze exposure.
+// The plugin's own log is never the proof.
+//
+// Skipped unless NRI_SYSCTL_VM=1 (`make vm-test` sets it, after
+// test/vm/setup.sh). Environment:
+//
+//	NRI_SYSCTL_CACHE              build cache (default /var/cache/nri-sysctl-e2e)
+//	NRI_SYSCTL_VM_BREAK           boot the main scenarios with a broken unit
+//	                              (protecthostname, afterkubelet): they must fail
+//	NRI_SYSCTL_VM_APPEND          more kernel command line, e.g. vmtest.harden=clock,ipdeny
+//	                              (extra unit settings to try, see the image's generator)
+//	NRI_SYSCTL_VM_POD_TIMEOUT     wait this long for the static pods (default 10m)
+//	NRI_SYSCTL_VM_TIMEOUT         kill a VM still running after this (default 30m)
+//	NRI_SYSCTL_VM_BOOT_TIMEOUT    wait this long for the agent (default 10m)
+package vm
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	kubeletVersion    = "v1.37.2"
+	crictlVersion     = "v1.37.0"
+	usernsRuncVersion = "v1.5.3"
+	nodeName          = "vmnode"
+
+	specContainerd      = "v2.4.2" // spec mode (>= 2.3: NRI v0.12)
+	namespaceContainerd = "v2.2.9" // auto mode picks namespace mode (NRI v0.11 panics on sysctl adjustments)
+)
+
+// podTimeout is how long the node's static pods may take to run after boot.
+func podTimeout() time.Duration { return envDuration("NRI_SYSCTL_VM_POD_TIMEOUT", 10*time.Minute) }
+
+func skipUnlessVM(t *testing.T) {
+	t.Helper()
+	if os.Getenv("NRI_SYSCTL_VM") != "1" {
+		t.Skip("VM test: set NRI_SYSCTL_VM=1 (make vm-test)")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the VM test needs root (mmdebstrap, image files owned by root)")
+	}
+}
+
+// The keys every node pod is read for, with the node config's value and
+// the kernel's default (what a pod without defaults, and the VM's host, has).
+var nodeKeys = []string{
+	"net.ipv4.tcp_keepalive_time",
+	"net.ipv4.tcp_keepalive_intvl",
+	"net.ipv4.tcp_keepalive_probes",
+	"net.ipv4.ip_unprivileged_port_start",
+	"kernel.msgmax",
+	"kernel.domainname",
+}
+
+var nodeDefaults = map[string]string{ // test/vm/rootfs/usr/local/lib/vmtest/node-config.yaml
+	"net.ipv4.tcp_keepalive_time":         "600",
+	"net.ipv4.tcp_keepalive_intvl":        "60",
+	"net.ipv4.tcp_keepalive_probes":       "5",
+	"net.ipv4.ip_unprivileged_port_start": "1000",
+	"kernel.msgmax":                       "16384",
+	"kernel.domainname":                   "nri-sysctl.test",
+}
+
+var kernelDefaults = map[string]string{
+	"net.ipv4.tcp_keepalive_time":         "7200",
+	"net.ipv4.tcp_keepalive_intvl":        "75",
+	"net.ipv4.tcp_keepalive_probes":       "9",
+	"net.ipv4.ip_unprivileged_port_start": "1024",
+	"kernel.msgmax":                       "8192",
+	"kernel.domainname":                   "(none)",
+}
+
+// nodePods are the static pods of test/vm/rootfs/usr/local/lib/vmtest/manifests/node.
+var nodePods = []string{"plain", "own", "hostnet", "hostipc"}
+
+// wantNodePod is what each of them must read.
+func wantNodePod(pod string) map[string]string {
+	want := map[string]string{}
+	for k, v := range nodeDefaults {
+		want[k] = v
+	}
+	switch pod {
+	case "own": // its own securityContext.sysctls win
+		want["net.ipv4.tcp_keepalive_time"] = "900"
+		want["kernel.msgmax"] = "32768"
+	case "hostnet": // the host's network and UTS namespaces: nothing net.*, no domainname
+		for k := range want {
+			if strings.HasPrefix(k, "net.") || k == "kernel.domainname" {
+				want[k] = kernelDefaults[k]
+			}
+		}
+	case "hostipc": // the host's IPC namespace
+		want["kernel.msgmax"] = kernelDefaults["kernel.msgmax"]
+	}
+	return want
+}
+
+// errorer is a *testing.T, or a recorder when a failure is the expected outcome.
+type errorer interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+type recorder struct {
+	t      *testing.T
+	errors []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Logf(format string, args ...any) { r.t.Logf(format, args...) }
+
+// sysctlPath is the path below /proc/sys of a (Kubernetes-normalized) key:
+// dots are separators, slashes stand for dots in a segment.
+func sysctlPath(key string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/':
+			return '.'
+		}
+		return r
+	}, key)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// appContainer returns the running "app" container of a static pod, or "".
+func (v *vm) appContainer(pod string) (string, error) {
+	out, err := v.run(fmt.Sprintf("crictl ps -q --state running --name '^app$' --label io.kubernetes.pod.name=%s-%s", pod, nodeName), 2*time.Minute)
+	if err != nil {
+		return "", err
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	return id, nil
+}
+
+// waitPods waits until each static pod has a running app container.
+func (v *vm) waitPods(pods []string, timeout time.Duration) error {
+	start := time.Now()
+	for {
+		var missing []string
+		for _, p := range pods {
+			if id, err := v.appContainer(p); err != nil || id == "" {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) == 0 {
+			v.t.Logf("[%s] pods %v running, %s after qemu started", v.name, pods, time.Since(v.started).Round(time.Second))
+			return nil
+		}
+		if time.Since(start) > timeout {
+			state, _ := v.run("crictl pods; crictl ps -a; journalctl -u kubelet --no-pager | grep -iE 'error|fail' | tail -n 15", 2*time.Minute)
+			return fmt.Errorf("after %s, no running app container in pods %v\n%s", timeout, missing, state)
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
+
+// podValues reads keys inside a static pod's app container.
+func (v *vm) podValues(pod string, keys []string) (map[string]string, error) {
+	id, err := v.appContainer(pod)
+	if err != nil || id == "" {
+		return nil, fmt.Errorf("pod %s has no running app container (%w)", pod, err)
+	}
+	var paths []string
+	for _, k := range keys {
+		paths = append(paths, shellQuote(sysctlPath(k)))
+	}
+	out, err := v.run(fmt.Sprintf(`crictl exec %s sh -c 'for p in "$@"; do printf "%%s=%%s\n" "$p" "$(cat /proc/sys/$p 2>&1)"; done' sh %s`, id, strings.Join(paths, " ")), 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return parseValues(out, keys), nil
+}
+
+// hostValues reads keys in the VM's own (host) namespaces.
+func (v *vm) hostValues(keys []string) (map[string]string, error) {
+	var paths []string
+	for _, k := range keys {
+		paths = append(paths, shellQuote(sysctlPath(k)))
+	}
+	out, err := v.run(fmt.Sprintf(`for p in %s; do printf "%%s=%%s\n" "$p" "$(cat /proc/sys/$p 2>&1)"; done`, strings.Join(paths, " ")), time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return parseValues(out, keys), nil
+}
+
+func parseValues(out string, keys []string) map[string]string {
+	byPath := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if p, val, ok := strings.Cut(line, "="); ok {
+			byPath[p] = strings.Join(strings.Fields(val), " ")
+		}
+	}
+	vals := map[string]string{}
+	for _, k := range keys {
+		if val, ok := byPath[sysctlPath(k)]; ok {
+			vals[k] = val
+		}
+	}
+	return vals
+}
+
+func diffValues(got, want map[string]string) []string {
+	var diffs []string
+	for _, k := range slices.Sorted(mapKeys(want)) {
+		if got[k] != want[k] {
+			diffs = append(diffs, fmt.Sprintf("%s=%q, want %q", k, got[k], want[k]))
+		}
+	}
+	return diffs
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func formatValues(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(mapKeys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// checkNodePods checks the four static pods, key by key, and the VM's host.
+func checkNodePods(r errorer, v *vm, timeout time.Duration) {
+	r.Helper()
+	if err := v.waitPods(nodePods, timeout); err != nil {
+		r.Errorf("[%s] %v", v.name, err)
+	}
+	for _, pod := range nodePods {
+		got, err := v.podValues(pod, nodeKeys)
+		if err != nil {
+			r.Errorf("[%s] pod %s: %v", v.name, pod, err)
+			continue
+		}
+		if d := diffValues(got, wantNodePod(pod)); len(d) > 0 {
+			r.Errorf("[%s] static pod %s: %s", v.name, pod, strings.Join(d, "; "))
+		} else {
+			r.Logf("[%s] static pod %s: %s", v.name, pod, formatValues(got))
+		}
+	}
+	checkHostUntouched(r, v)
+}
+
+// checkHostUntouched: the plugin never writes the host's namespaces.
+func checkHostUntouched(r errorer, v *vm) {
+	r.Helper()
+	got, err := v.hostValues(nodeKeys)
+	if err != nil {
+		r.Errorf("[%s] host values: %v", v.name, err)
+		return
+	}
+	if d := diffValues(got, kernelDefaults); len(d) > 0 {
+		r.Errorf("[%s] the VM's host namespaces changed: %s", v.name, strings.Join(d, "; "))
+	} else {
+		r.Logf("[%s] VM host (kernel defaults, untouched): %s", v.name, formatValues(got))
+	}
+}
+
+// unitProp reads one systemd property.
+func (v *vm) unitProp(unit, prop string) string {
+	v.t.Helper()
+	return strings.TrimSpace(v.sh(fmt.Sprintf("systemctl show -p %s --value %s", prop, unit)))
+}
+
+func (v *vm) unitPropInt(unit, prop string) int64 {
+	v.t.Helper()
+	n, err := strconv.ParseInt(v.unitProp(unit, prop), 10, 64)
+	if err != nil {
+		v.t.Fatalf("[%s] %s %s: %v", v.name, unit, prop, err)
+	}
+	return n
+}
+
+// waitFor polls cond every 2s until it is true or timeout.
+func (v *vm) waitFor(what string, timeout time.Duration, cond func() bool) {
+	v.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			v.t.Fatalf("[%s] %s: not after %s", v.name, what, timeout)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// mainPIDs names the main process of containerd, nri-sysctl and kubelet,
+// to show which of them a restart or a kill took along.
+func (v *vm) mainPIDs() string {
+	v.t.Helper()
+	return strings.Join(strings.Fields(v.sh(`for u in containerd nri-sysctl kubelet; do printf '%s=%s ' $u "$(systemctl show -p MainPID --value $u.service)"; done`)), " ")
+}
+
+var probeSeq int
+
+// probePod creates a new static pod (plain), reads keys inside it and
+// removes it: "the next pod" after a change.
+func (v *vm) probePod(keys []string) (map[string]string, error) {
+	probeSeq++
+	name := fmt.Sprintf("probe%d", probeSeq)
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default}
+spec:
+  containers:
+  - {name: app, image: %s, imagePullPolicy: Never, command: ["sleep", "infinity"]}
+`, name, busyboxImage)
+	v.sh(fmt.Sprintf("cat >/etc/kubernetes/manifests/%s.yaml <<'EOF'\n%sEOF", name, manifest))
+	defer v.sh(fmt.Sprintf("rm -f /etc/kubernetes/manifests/%s.yaml", name))
+	if err := v.waitPods([]string{name}, 5*time.Minute); err != nil {
+		return nil, err
+	}
+	return v.podValues(name, keys)
+}
+
+// eventuallyProbe creates pods until one reads want (a reload is
+// asynchronous), at most three.
+func (v *vm) eventuallyProbe(what string, want map[string]string) {
+	v.t.Helper()
+	keys := slices.Sorted(mapKeys(want))
+	var got map[string]string
+	for attempt := 1; attempt <= 3; attempt++ {
+		var err error
+		got, err = v.probePod(keys)
+		if err != nil {
+			v.t.Fatalf("[%s] %s: %v", v.name, what, err)
+		}
+		if len(diffValues(got, want)) == 0 {
+			v.t.Logf("[%s] %s: pod #%d has %s", v.name, what, attempt, formatValues(got))
+			return
+		}
+		v.t.Logf("[%s] %s: pod #%d has %s; trying another", v.name, what, attempt, strings.Join(diffValues(got, want), "; "))
+		time.Sleep(3 * time.Second)
+	}
+	v.t.Errorf("[%s] %s: %s", v.name, what, strings.Join(diffValues(got, want), "; "))
+}
+
+func nodeConfig(t *testing.T) string {
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "test/vm/rootfs/usr/local/lib/vmtest/node-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// writeConfig replaces the plugin's config in place (same inode, mode 0600).
+func (v *vm) writeConfig(text string) {
+	v.t.Helper()
+	v.sh(fmt.Sprintf("cat >/etc/nri-sysctl/config.yaml <<'EOF'\n%sEOF\nstat -c '%%a %%U' /etc/nri-sysctl/config.yaml", text))
+}
+
+// waitReloadUnit waits until nri-sysctl-reload.service (started by the path
+// unit) has run once more since its exit timestamp was since.
+func (v *vm) waitReloadUnit(since string) {
+	v.t.Helper()
+	v.waitFor("nri-sysctl-reload.service ran after the config edit", 2*time.Minute, func() bool {
+		now := v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
+		return now != since && now != "0"
+	})
+}
+
+func withKeepalive(cfg, value string) string {
+	return strings.Replace(cfg, "net.ipv4.tcp_keepalive_time: 600 ", "net.ipv4.tcp_keepalive_time: "+value+" ", 1)
+}
+
+func TestVMSpecModeService(t *testing.T) {
+	skipUnlessVM(t)
+	img := getNodeImage(t, specContainerd)
+	v := bootVM(t, img, "service", os.Getenv("NRI_SYSCTL_VM_BREAK"))
+
+	t.Run("static pods at boot", func(t *testing.T) {
+		v.t = t
+		checkNodePods(t, v, podTimeout())
+		// systemd's record: kubelet started after the plugin was ready
+		// (Type=notify: active only once registered with NRI).
+		ready := v.unitPropInt("nri-sysctl.service", "ActiveEnterTimestampMonotonic")
+		kubelet := v.unitPropInt("kubelet.service", "ExecMainStartTimestampMonotonic")
+		containerd := v.unitPropInt("containerd.service", "ActiveEnterTimestampMonotonic")
+		t.Logf("boot: containerd ready at %.1fs, nri-sysctl ready at %.1fs, kubelet started at %.1fs", float64(containerd)/1e6, float64(ready)/1e6, float64(kubelet)/1e6)
+		if ready == 0 || kubelet < ready {
+			t.Errorf("kubelet started at %d µs, before nri-sysctl was ready (%d µs)", kubelet, ready)
+		}
+	})
+	v.t = t
+
+	cfg := nodeConfig(t)
+	t.Run("config edit through the path unit", func(t *testing.T) {
+		v.t = t
+		since := v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
+		v.writeConfig(withKeepalive(cfg, "610"))
+		v.waitReloadUnit(since)
+		v.eventuallyProbe("after the edit", map[string]string{"net.ipv4.tcp_keepalive_time": "610", "kernel.msgmax": "16384"})
+	})
+	t.Run("systemctl reload", func(t *testing.T) {
+		v.t = t
+		// Without the path unit, an edit alone changes nothing ...
+		v.sh("systemctl stop nri-sysctl-reload.path")
+		v.writeConfig(withKeepalive(cfg, "620"))
+		got, err := v.probePod([]string{"net.ipv4.tcp_keepalive_time"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got["net.ipv4.tcp_keepalive_time"] != "610" {
+			t.Errorf("before systemctl reload: tcp_keepalive_time=%s, want the loaded 610", got["net.ipv4.tcp_keepalive_time"])
+		}
+		// ... until systemctl reload.
+		v.sh("systemctl reload nri-sysctl.service")
+		v.eventuallyProbe("after systemctl reload", map[string]string{"net.ipv4.tcp_keepalive_time": "620"})
+		v.sh("systemctl start nri-sysctl-reload.path")
+	})
+	t.Run("broken edit keeps the old config", func(t *testing.T) {
+		v.t = t
+		pid := v.unitProp("nri-sysctl.service", "MainPID")
+		since := v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
+		cursor := v.sh("journalctl -u nri-sysctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
+		v.writeConfig("sysctls:\n  net.ipv4.tcp_keepalive_time: 630\n  vm.swappiness: 10\n")
+		v.waitReloadUnit(since)
+		time.Sleep(2 * time.Second)
+		got, err := v.probePod([]string{"net.ipv4.tcp_keepalive_time", "kernel.msgmax"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffValues(got, map[string]string{"net.ipv4.tcp_keepalive_time": "620", "kernel.msgmax": "16384"}); len(d) > 0 {
+			t.Errorf("after a broken edit: %s", strings.Join(d, "; "))
+		} else {
+			t.Logf("after a broken edit, the next pod keeps the old config: %s", formatValues(got))
+		}
+		if now := v.unitProp("nri-sysctl.service", "MainPID"); now != pid || v.unitProp("nri-sysctl.service", "ActiveState") != "active" {
+			t.Errorf("nri-sysctl.service: MainPID %s -> %s, state %s: a broken edit must not stop the plugin", pid, now, v.unitProp("nri-sysctl.service", "ActiveState"))
+		}
+		journal := v.sh(fmt.Sprintf("journalctl -u nri-sysctl --no-pager -o cat --after-cursor=%s", shellQuote(strings.TrimSpace(cursor))))
+		if !strings.Contains(journal, "vm.swappiness") {
+			t.Errorf("journalctl -u nri-sysctl does not name the bad key vm.swappiness:\n%s", journal)
+		} else {
+			t.Logf("journalctl -u nri-sysctl after the broken edit:\n%s", lastLines(journal, 6))
+		}
+		since = v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
+		v.writeConfig(cfg)
+		v.waitReloadUnit(since)
+		v.eventuallyProbe("config restored", nodeDefaults)
+	})
+	t.Run("systemctl restart containerd", func(t *testing.T) {
+		v.t = t
+		pids := v.mainPIDs()
+		defer func() { t.Logf("main pids before: %s; after: %s", pids, v.mainPIDs()) }()
+		pid := v.unitProp("nri-sysctl.service", "MainPID")
+		v.sh("systemctl restart containerd.service")
+		v.waitFor("containerd and nri-sysctl active again", 3*time.Minute, func() bool {
+			out, _ := v.run("systemctl is-active containerd.service nri-sysctl.service", time.Minute)
+			return out == "active\nactive"
+		})
+		t.Logf("nri-sysctl MainPID %s -> %s (PartOf=containerd.service restarts it with containerd)", pid, v.unitProp("nri-sysctl.service", "MainPID"))
+		if err := v.waitPods(nodePods, 3*time.Minute); err != nil {
+			t.Errorf("static pods after the containerd restart: %v", err)
+		}
+		v.eventuallyProbe("after systemctl restart containerd", nodeDefaults)
+	})
+	t.Run("containerd killed", func(t *testing.T) {
+		v.t = t
+		pids := v.mainPIDs()
+		defer func() { t.Logf("main pids before: %s; after: %s", pids, v.mainPIDs()) }()
+		pid := v.unitProp("nri-sysctl.service", "MainPID")
+		cpid := v.unitProp("containerd.service", "MainPID")
+		v.sh("systemctl kill --kill-who=main -s KILL containerd.service")
+		v.waitFor("systemd restarted containerd", 3*time.Minute, func() bool {
+			now := v.unitProp("containerd.service", "MainPID")
+			return now != cpid && now != "0" && v.unitProp("containerd.service", "ActiveState") == "active"
+		})
+		now := v.unitProp("nri-sysctl.service", "MainPID")
+		if now == pid {
+			t.Logf("containerd crashed and came back; nri-sysctl (pid %s) stayed and reconnected by itself", pid)
+		} else {
+			t.Logf("containerd crashed and came back; nri-sysctl MainPID %s -> %s", pid, now)
+		}
+		v.eventuallyProbe("after containerd was killed", nodeDefaults)
+	})
+	t.Run("plugin killed", func(t *testing.T) {
+		v.t = t
+		pids := v.mainPIDs()
+		defer func() { t.Logf("main pids before: %s; after: %s", pids, v.mainPIDs()) }()
+		pid := v.unitProp("nri-sysctl.service", "MainPID")
+		restarts := v.unitPropInt("nri-sysctl.service", "NRestarts")
+		v.sh("kill -9 " + pid)
+		v.waitFor("systemd restarted nri-sysctl", 2*time.Minute, func() bool {
+			now := v.unitProp("nri-sysctl.service", "MainPID")
+			return now != pid && now != "0" && v.unitProp("nri-sysctl.service", "ActiveState") == "active"
+		})
+		t.Logf("kill -9 %s: systemd restarted nri-sysctl as pid %s (NRestarts %d -> %d)", pid, v.unitProp("nri-sysctl.service", "MainPID"), restarts, v.unitPropInt("nri-sysctl.service", "NRestarts"))
+		v.eventuallyProbe("after kill -9 of the plugin", nodeDefaults)
+	})
+	t.Run("systemd-analyze security", func(t *testing.T) {
+		v.t = t
+		out, err := v.run("systemd-analyze security --no-pager nri-sysctl.service", 3*time.Minute)
+		// It exits non-zero when the score is above its threshold; the score is what counts.
+		m := regexp.MustCompile(`Overall exposure level for nri-sysctl.service: ([0-9.]+) (\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no exposure level in the output (%v):\n%s", err, out)
+		}
+		t.Logf("systemd-analyze security nri-sysctl.service: %s %s\n%s", m[1], m[2], out)
+		if score, _ := strconv.ParseFloat(m[1], 64); score > maxExposure {
+			t.Errorf("exposure %s is above %.1f: the unit lost some of its hardening", m[1], maxExposure)
+		}
+	})
+	checkHostUntouched(t, v)
+}
+
+// maxExposure is the score measured in the VM (systemd 252, README): a
+// higher one means the unit lost some of its hardening.
+const maxExposure = 3.0
+
+func TestVMPreinstalled(t *testing.T) {
+	skipUnlessVM(t)
+	img := getNodeImage(t, specContainerd)
+	v := bootVM(t, img, "preinstalled", os.Getenv("NRI_SYSCTL_VM_BREAK"))
+	checkNodePods(t, v, podTimeout())
+	if t.Failed() {
+		return
+	}
+	if state := v.unitProp("nri-sysctl.service", "ActiveState"); state != "inactive" {
+		t.Errorf("nri-sysctl.service is %s: the pre-installed boot must run without it", state)
+	}
+	// The plugin runs as containerd's child, from /opt/nri/plugins.
+	parent := func() (pid, ppid string) {
+		out := v.sh(`for p in /proc/[0-9]*; do [ "$(readlink $p/exe 2>/dev/null)" = /opt/nri/plugins/90-sysctl ] && echo "${p#/proc/} $(awk '{print $4}' $p/stat)"; done; true`)
+		f := strings.Fields(out)
+		if len(f) != 2 {
+			t.Fatalf("want one /opt/nri/plugins/90-sysctl process, found %q", out)
+		}
+		return f[0], f[1]
+	}
+	pid, ppid := parent()
+	if cpid := v.unitProp("containerd.service", "MainPID"); ppid != cpid {
+		t.Errorf("/opt/nri/plugins/90-sysctl (pid %s) has parent %s, containerd is %s", pid, ppid, cpid)
+	} else {
+		t.Logf("/opt/nri/plugins/90-sysctl runs as pid %s, a child of containerd (pid %s)", pid, cpid)
+	}
+	v.sh("systemctl restart containerd.service")
+	v.waitFor("containerd active again", 3*time.Minute, func() bool {
+		out, _ := v.run("systemctl is-active containerd.service", time.Minute)
+		return out == "active"
+	})
+	pid2, ppid2 := parent()
+	t.Logf("after systemctl restart containerd: plugin pid %s -> %s (parent %s)", pid, pid2, ppid2)
+	v.eventuallyProbe("pre-installed, after systemctl restart containerd", nodeDefaults)
+	checkHostUntouched(t, v)
+}
+
+func TestVMNamespaceMode(t *testing.T) {
+	skipUnlessVM(t)
+	img := getNodeImage(t, namespaceContainerd)
+	v := bootVM(t, img, "service", os.Getenv("NRI_SYSCTL_VM_BREAK"))
+	checkNodePods(t, v, podTimeout())
+	if t.Failed() {
+		return
+	}
+	// containerd 2.2.x dies on any NRI sysctl adjustment (runtime-notes):
+	// it never restarted, so the plugin used namespace mode.
+	if n := v.unitProp("containerd.service", "NRestarts"); n != "0" {
+		t.Errorf("containerd %s restarted %s times", namespaceContainerd, n)
+	}
+	v.eventuallyProbe("namespace mode, a pod after boot", nodeDefaults)
+}
+
+// TestVMBrokenUnitIsCaught is the control: with ProtectHostname=yes put
+// back into nri-sysctl.service, the namespace-mode checks above must fail
+// on kernel.domainname. If they passed, they would prove nothing.
+func TestVMBrokenUnitIsCaught(t *testing.T) {
+	skipUnlessVM(t)
+	img := getNodeImage(t, namespaceContainerd)
+	v := bootVM(t, img, "service", "protecthostname")
+	// hostnet has no UTS namespace of its own, so nothing to write: it starts.
+	if err := v.waitPods([]string{"hostnet"}, 10*time.Minute); err != nil {
+		t.Fatalf("kubelet does not run pods at all with the broken unit: %v", err)
+	}
+	r := &recorder{t: t}
+	checkNodePods(r, v, 2*time.Minute)
+	if len(r.errors) == 0 {
+		t.Fatalf("every check passed with ProtectHostname=yes in the unit: the checks cannot see a broken unit")
+	}
+	joined := strings.Join(r.errors, "\n")
+	if !strings.Contains(joined, "plain") {
+		t.Errorf("the checks failed, but not for the plain pod:\n%s", joined)
+	}
+	t.Logf("as it must, the node checks fail with ProtectHostname=yes:\n%s", joined)
+	why, _ := v.run("journalctl -u kubelet --no-pager -o cat | grep -m3 -i domainname", time.Minute)
+	t.Logf("kubelet's journal says why:\n%s", why)
+}
