@@ -596,10 +596,20 @@ func TestVMBrokenUnitIsCaught(t *testing.T) {
 	skipUnlessVM(t)
 	img := getNodeImage(t, namespaceContainerd)
 	v := bootVM(t, img, "service", "protecthostname")
-	// hostnet has no UTS namespace of its own, so nothing to write: it starts.
-	if err := v.waitPods([]string{"hostnet"}, 10*time.Minute); err != nil {
-		t.Fatalf("kubelet does not run pods at all with the broken unit: %v", err)
+	// The kernel probe sees /proc/sys/kernel/domainname read-only in the
+	// unit's mount namespace: the plugin refuses its config and does not
+	// start, so kubelet (which requires it) runs no pod. That is the
+	// broken unit caught at boot, before any pod.
+	if err := v.waitPods([]string{"hostnet"}, 4*time.Minute); err != nil {
+		why, _ := v.run("journalctl -u nri-sysctl --no-pager -o cat | grep -m3 -i domainname", time.Minute)
+		if !strings.Contains(why, "kernel.domainname") {
+			t.Fatalf("no pod runs with the broken unit (%v), and nri-sysctl's journal does not name kernel.domainname:\n%s", err, why)
+		}
+		t.Logf("as it must, the broken unit is caught: nri-sysctl refuses to start, and kubelet with it:\n%s", why)
+		return
 	}
+	// Had the plugin started, the pods are where it shows: hostnet has no
+	// UTS namespace of its own, nothing to write, so it starts.
 	r := &recorder{t: t}
 	checkNodePods(r, v, 2*time.Minute)
 	if len(r.errors) == 0 {
