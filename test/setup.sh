@@ -157,7 +157,7 @@ go_install_tool() {
 	mv -f "$tmp/$name" "$dir/bin/$name.new"
 	mv -f "$dir/bin/$name.new" "$dir/bin/$name"
 	rm -rf "$tmp"
-	"$dir/bin/$name" --version | head -1
+	"$dir/bin/$name" --version | sed -n 1p # not head: its early exit is SIGPIPE under pipefail
 }
 
 build_crictl() {
@@ -246,7 +246,7 @@ build_etcd() {
 	mv -f "$tmp/etcd" "$bin/etcd.new"
 	mv -f "$bin/etcd.new" "$bin/etcd"
 	rm -rf "$tmp"
-	"$bin/etcd" --version | head -1
+	"$bin/etcd" --version | sed -n 1p
 }
 
 # build_helm: go install, with the version helm's own Makefile stamps in.
