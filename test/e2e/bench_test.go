@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -448,6 +449,11 @@ type benchConfig struct {
 	start func(t *testing.T) *benchPlugin
 	// want is what every pod must see; nil means none of benchWant.
 	want map[string]string
+	// metricsAddr is where its plugin serves /metrics, or "" for none.
+	metricsAddr string
+
+	// Scrapes counts the GET /metrics answered while its pods ran.
+	Scrapes int
 
 	Pods     []podTiming
 	Startups []time.Duration
@@ -470,9 +476,10 @@ type benchReport struct {
 }
 
 // TestBenchCreatePath times RunPodSandbox, CreateContainer and
-// StartContainer with no plugin, with the no-op NRI plugin and with
-// nri-sysctl, interleaved round by round so that drift on this machine hits
-// all three alike.
+// StartContainer with no plugin, with the no-op NRI plugin, with
+// nri-sysctl, and with nri-sysctl serving metrics (scraped every second),
+// interleaved round by round so that drift on this machine hits all four
+// alike.
 func TestBenchCreatePath(t *testing.T) {
 	skipUnlessBench(t)
 	c := getCluster(t)
@@ -503,6 +510,14 @@ func TestBenchCreatePath(t *testing.T) {
 				"--log-level", "info")
 		}},
 	}
+	metricsOn := &benchConfig{Name: "nri-sysctl+metrics", want: want, metricsAddr: freeAddress(t)}
+	metricsOn.start = func(t *testing.T) *benchPlugin {
+		return startBenchPlugin(t, c, metricsOn.Name, bin,
+			"--config", cfgPath, "--nri-socket", c.nriSock,
+			"--containerd-address", c.grpcSock, "--containerd-namespace", k8sNamespace,
+			"--log-level", "info", "--metrics-address", metricsOn.metricsAddr)
+	}
+	configs = append(configs, metricsOn)
 	for _, cfg := range configs {
 		cfg.Modes = map[string]bool{}
 	}
@@ -548,9 +563,14 @@ func TestBenchCreatePath(t *testing.T) {
 					cfg.Modes[bp.mode] = true
 				}
 			}
+			stopScraping := startScraper(t, cfg)
 			onePod(t, cfg, false) // warm-up: the plugin's first lookups, caches
 			for j := 0; j < n; j++ {
 				onePod(t, cfg, true)
+			}
+			stopScraping()
+			if cfg.metricsAddr != "" {
+				checkBenchMetrics(t, cfg, n+1)
 			}
 			if bp != nil {
 				hwm, _ := bp.memory()
@@ -559,6 +579,9 @@ func TestBenchCreatePath(t *testing.T) {
 			}
 		}
 		logf("bench: round %d/%d done", r+1, rounds)
+	}
+	if metricsOn.Scrapes == 0 {
+		t.Fatalf("config %s: /metrics answered no scrape while its pods ran", metricsOn.Name)
 	}
 	for m := range configs[2].Modes {
 		rep.Mode = m
@@ -572,6 +595,59 @@ func TestBenchCreatePath(t *testing.T) {
 	text := rep.markdown()
 	t.Log("\n" + text)
 	writeBenchReport(t, "bench-"+c.version, text, rep)
+}
+
+// startScraper scrapes the configuration's /metrics every second while its
+// pods run, as Prometheus would (its usual interval is 15-60 s), so that
+// "metrics on" includes serving them. It returns the function that stops it.
+func startScraper(t *testing.T, cfg *benchConfig) (stop func()) {
+	if cfg.metricsAddr == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan int)
+	go func() {
+		answered := 0
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				finished <- answered
+				return
+			case <-tick.C:
+				if code, _ := httpGet("http://" + cfg.metricsAddr + "/metrics"); code == http.StatusOK {
+					answered++
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		cfg.Scrapes += <-finished
+	}
+}
+
+// checkBenchMetrics: a fresh plugin that decided pods containers counts
+// exactly that many applied, and no other outcome.
+func checkBenchMetrics(t *testing.T, cfg *benchConfig, pods int) {
+	t.Helper()
+	got := scrape(t, cfg.metricsAddr)
+	for k, v := range got {
+		if !strings.HasPrefix(k, "nri_sysctl_containers_total{") {
+			continue
+		}
+		want := 0.0
+		if k == `nri_sysctl_containers_total{outcome="applied"}` {
+			want = float64(pods)
+		}
+		if v != want {
+			t.Fatalf("config %s: %s = %v after %d pod(s), want %v", cfg.Name, k, v, pods, want)
+		}
+	}
+	if got[`nri_sysctl_containers_total{outcome="applied"}`] != float64(pods) {
+		t.Fatalf("config %s: no applied containers in /metrics after %d pod(s): %v", cfg.Name, pods, got)
+	}
 }
 
 // verifyBenchPod: pods of nri-sysctl have every value, the others none.
@@ -666,12 +742,19 @@ func (r *benchReport) markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", st, cfg.Name, ms(d.P50), ms(d.P90), ms(d.P99), ms(d.Min), ms(d.Max))
 		}
 	}
-	a, n, s := r.Configs[0], r.Configs[1], r.Configs[2]
-	fmt.Fprintf(&b, "\nRatios (nri-sysctl over no plugin, nri-sysctl over the no-op plugin):\n\n| CRI call | c/a p50 | c/a p99 | c/b p50 | c/b p99 |\n|---|---:|---:|---:|---:|\n")
+	// a: no plugin, b: no-op plugin, c: nri-sysctl, d: nri-sysctl with metrics on.
+	fmt.Fprintf(&b, "\nRatios (c: nri-sysctl, d: nri-sysctl with metrics on and scraped every second; over a: no plugin, b: the no-op plugin):\n\n")
+	fmt.Fprintf(&b, "| CRI call | c/a p50 | c/a p99 | c/b p50 | c/b p99 | d/b p50 | d/b p99 | d/c p50 | d/c p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, st := range benchStages[:4] {
-		da, dn, ds := distOf(a.stageSamples(st)), distOf(n.stageSamples(st)), distOf(s.stageSamples(st))
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", st, ratio(ds.P50, da.P50), ratio(ds.P99, da.P99), ratio(ds.P50, dn.P50), ratio(ds.P99, dn.P99))
+		var d [4]dist
+		for i := range d {
+			d[i] = distOf(r.Configs[i].stageSamples(st))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st,
+			ratio(d[2].P50, d[0].P50), ratio(d[2].P99, d[0].P99), ratio(d[2].P50, d[1].P50), ratio(d[2].P99, d[1].P99),
+			ratio(d[3].P50, d[1].P50), ratio(d[3].P99, d[1].P99), ratio(d[3].P50, d[2].P50), ratio(d[3].P99, d[2].P99))
 	}
+	fmt.Fprintf(&b, "\n/metrics answered %d scrape(s) during d's pods.\n", r.Configs[3].Scrapes)
 	fmt.Fprintf(&b, "\n| plugin | start-up to registered: median ms (min-max, n) | peak RSS (VmHWM) KiB: max over rounds |\n|---|---|---:|\n")
 	for _, cfg := range r.Configs[1:] {
 		d := distOf(cfg.Startups)
