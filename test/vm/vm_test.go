@@ -601,7 +601,7 @@ func TestVMBrokenUnitIsCaught(t *testing.T) {
 		t.Fatalf("kubelet does not run pods at all with the broken unit: %v", err)
 	}
 	r := &recorder{t: t}
-	checkNodePods(r, v, 2*time.Minute)
+	checkNodePods(r, v, 90*time.Second)
 	if len(r.errors) == 0 {
 		t.Fatalf("every check passed with ProtectHostname=yes in the unit: the checks cannot see a broken unit")
 	}
