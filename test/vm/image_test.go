@@ -250,6 +250,8 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	img.initrd = filepath.Join(img.dir, "initrd.img")
 	if _, err := os.Stat(img.root); err == nil {
 		t.Logf("node image: reusing %s", img.dir)
+		now := time.Now()
+		_ = os.Chtimes(img.dir, now, now) // recently used: kept by pruneImages
 		return img, nil
 	}
 
@@ -301,19 +303,45 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	if err := writeFile(filepath.Join(out, "inputs.txt"), inputs, 0o644); err != nil {
 		return nil, err
 	}
-	// Older images of this containerd version are of no more use.
-	old, _ := filepath.Glob(filepath.Join(vmCache, "node-"+version+"-*"))
-	for _, o := range old {
-		if o != img.dir {
-			t.Logf("node image: removing the outdated %s", o)
-			os.RemoveAll(o)
-		}
-	}
 	if err := os.Rename(out, img.dir); err != nil {
+		// Another run (another checkout of the same tree) got there first.
+		if _, serr := os.Stat(img.root); serr == nil {
+			t.Logf("node image: %s was built meanwhile by another run", img.dir)
+			return img, nil
+		}
 		return nil, err
 	}
+	pruneImages(t, vmCache, version, img.dir)
 	t.Logf("node image: built %s in %s", img.dir, time.Since(start).Round(time.Second))
 	return img, nil
+}
+
+// keepImages node images of one containerd version stay in the cache: the
+// newest (by last use), so that runs from other checkouts at other commits
+// keep theirs. An image used in the last 10 minutes is never removed: a VM
+// may be about to boot from it.
+const keepImages = 3
+
+func pruneImages(t *testing.T, vmCache, version, current string) {
+	dirs, _ := filepath.Glob(filepath.Join(vmCache, "node-"+version+"-*"))
+	type image struct {
+		dir  string
+		used time.Time
+	}
+	var others []image
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil && d != current {
+			others = append(others, image{d, fi.ModTime()})
+		}
+	}
+	sort.Slice(others, func(i, j int) bool { return others[i].used.After(others[j].used) })
+	for i, o := range others {
+		if i < keepImages-1 || time.Since(o.used) < 10*time.Minute {
+			continue
+		}
+		t.Logf("node image: removing %s, last used %s", o.dir, o.used.Format(time.RFC3339))
+		os.RemoveAll(o.dir)
+	}
 }
 
 // containerdConfig is the node's /etc/containerd/config.toml: the settings

@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,8 +31,42 @@ import (
 	"time"
 )
 
+// running lists the VMs of this test binary, for interrupted: a SIGTERM
+// or SIGINT runs no test cleanup.
+var (
+	runningMu sync.Mutex
+	running   = map[*vm]bool{}
+)
+
+func TestMain(m *testing.M) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go interrupted(sigs)
+	os.Exit(m.Run())
+}
+
+// interrupted kills every qemu this binary started, by pid, removes their
+// temporary directories and this run's temporary files in the cache, and
+// exits.
+func interrupted(sigs <-chan os.Signal) {
+	sig := <-sigs
+	runningMu.Lock()
+	for v := range running {
+		fmt.Fprintf(os.Stderr, "%s: killing qemu pid %d and removing %s\n", sig, v.cmd.Process.Pid, v.dir)
+		_ = v.cmd.Process.Kill()
+		<-v.exited
+		os.RemoveAll(filepath.Dir(v.dir)) // the test's whole t.TempDir root
+	}
+	temps, _ := filepath.Glob(filepath.Join(cacheDir(), "vm", tempPrefix("*")+"*"))
+	for _, p := range temps {
+		os.RemoveAll(p)
+	}
+	os.Exit(2)
+}
+
 type vm struct {
-	t        *testing.T
+	t        *testing.T // the (sub)test running now: helpers report to it
+	owner    *testing.T // the test that booted the VM: the VM ends with it
 	name     string
 	dir      string
 	console  string
@@ -70,6 +105,7 @@ func bootVM(t *testing.T, img *nodeImage, scenario, brk string) *vm {
 	dir := t.TempDir()
 	v := &vm{
 		t:       t,
+		owner:   t,
 		name:    scenario,
 		dir:     dir,
 		console: filepath.Join(dir, "console.log"),
@@ -118,10 +154,13 @@ func bootVM(t *testing.T, img *nodeImage, scenario, brk string) *vm {
 		qlog.Close()
 		close(v.exited)
 	}()
+	runningMu.Lock()
+	running[v] = true
+	runningMu.Unlock()
 	// A hung guest must not hang the test run.
 	limit := envDuration("NRI_SYSCTL_VM_TIMEOUT", 30*time.Minute)
 	v.watchdog = time.AfterFunc(limit, func() {
-		t.Errorf("[%s] qemu still running after %s: killing pid %d", v.name, limit, v.cmd.Process.Pid)
+		v.owner.Errorf("[%s] qemu still running after %s: killing pid %d", v.name, limit, v.cmd.Process.Pid)
 		_ = v.cmd.Process.Kill()
 	})
 	t.Cleanup(v.stop)
@@ -259,16 +298,21 @@ func firstLine(s string) string {
 // SIGTERM as PID 1), then SIGKILL by pid if qemu is still there after 60s.
 func (v *vm) stop() {
 	defer v.watchdog.Stop()
+	defer func() {
+		runningMu.Lock()
+		delete(running, v)
+		runningMu.Unlock()
+	}()
 	select {
 	case <-v.exited:
 		return
 	default:
 	}
-	if v.t.Failed() {
+	if v.owner.Failed() {
 		if out, err := v.run("systemctl --no-pager --failed; crictl pods; crictl ps -a; journalctl -b --no-pager -o short-monotonic -u containerd -u nri-sysctl -u kubelet -u vmtest-images -u vmtest-setup | tail -n 150", 2*time.Minute); err == nil || out != "" {
-			v.t.Logf("[%s] guest state at failure:\n%s", v.name, out)
+			v.owner.Logf("[%s] guest state at failure:\n%s", v.name, out)
 		}
-		v.t.Logf("[%s] console tail:\n%s", v.name, tailFile(v.console, 40))
+		v.owner.Logf("[%s] console tail:\n%s", v.name, tailFile(v.console, 40))
 	}
 	start := time.Now()
 	line := fmt.Sprintf("0 %s\n", base64.StdEncoding.EncodeToString([]byte("systemctl poweroff --force --force")))
@@ -277,9 +321,9 @@ func (v *vm) stop() {
 	}
 	select {
 	case <-v.exited:
-		v.t.Logf("[%s] powered off in %s (%s after qemu started)", v.name, time.Since(start).Round(time.Second), time.Since(v.started).Round(time.Second))
+		v.owner.Logf("[%s] powered off in %s (%s after qemu started)", v.name, time.Since(start).Round(time.Second), time.Since(v.started).Round(time.Second))
 	case <-time.After(60 * time.Second):
-		v.t.Logf("[%s] still running 60s after poweroff: SIGKILL to qemu pid %d", v.name, v.cmd.Process.Pid)
+		v.owner.Logf("[%s] still running 60s after poweroff: SIGKILL to qemu pid %d", v.name, v.cmd.Process.Pid)
 		_ = v.cmd.Process.Kill()
 		<-v.exited
 	}

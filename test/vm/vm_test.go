@@ -611,7 +611,7 @@ func TestVMBrokenUnitIsCaught(t *testing.T) {
 	// Had the plugin started, the pods are where it shows: hostnet has no
 	// UTS namespace of its own, nothing to write, so it starts.
 	r := &recorder{t: t}
-	checkNodePods(r, v, 2*time.Minute)
+	checkNodePods(r, v, 90*time.Second)
 	if len(r.errors) == 0 {
 		t.Fatalf("every check passed with ProtectHostname=yes in the unit: the checks cannot see a broken unit")
 	}
