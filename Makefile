@@ -43,7 +43,7 @@ $(GOLANGCI_LINT):
 	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/ ./test/chart/
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/ ./test/chart/ ./test/internal/...
 	cd hack/image && $(GO) test -count=1 ./...
 
 ## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).

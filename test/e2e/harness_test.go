@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/ociimage"
 )
 
 const (
@@ -40,8 +42,8 @@ const (
 	defaultContainerdVersion = "v2.4.2"
 	defaultCrictlVersion     = "v1.37.0"
 
-	pauseImage   = "localhost/nri-sysctl-test/pause:latest"
-	busyboxImage = "localhost/nri-sysctl-test/busybox:latest"
+	pauseImage   = ociimage.PauseImage
+	busyboxImage = ociimage.BusyboxImage
 
 	// CNI: a bridge of our own with host-local IPAM. Pods get their own
 	// network namespace; no traffic is sent to these addresses.
@@ -304,10 +306,7 @@ func startCluster() (c *cluster, skip string, err error) {
 	logf("containerd ready after %s", time.Since(start).Round(time.Millisecond))
 
 	archive := filepath.Join(c.workDir, "images.tar")
-	if err := buildImageArchive(archive, []imageSpec{
-		{name: pauseImage, entrypoint: []string{"/bin/sleep", "infinity"}},
-		{name: busyboxImage, cmd: []string{"/bin/sh"}},
-	}); err != nil {
+	if err := ociimage.WriteArchive(archive, ociimage.TestImages); err != nil {
 		return c, "", fmt.Errorf("build test images: %w", err)
 	}
 	if out, err := c.ctr("images", "import", "--platform", "linux/"+goarch(), archive); err != nil {

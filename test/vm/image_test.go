@@ -31,6 +31,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/ociimage"
 )
 
 // basePackages are installed by mmdebstrap (variant minbase).
@@ -236,7 +238,7 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	if err := os.MkdirAll(filepath.Join(staging, "usr/local/share/vmtest"), 0o755); err != nil {
 		return nil, err
 	}
-	if err := writeImageArchive(filepath.Join(staging, "usr/local/share/vmtest/images.tar")); err != nil {
+	if err := ociimage.WriteArchive(filepath.Join(staging, "usr/local/share/vmtest/images.tar"), ociimage.TestImages); err != nil {
 		return nil, err
 	}
 	treeKey, err := hashTree(staging)
@@ -366,7 +368,7 @@ imports = ["/etc/containerd/conf.d/*.toml"]
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "/etc/cni/net.d"
-`, version, cfgVersion, pauseImage)
+`, version, cfgVersion, ociimage.PauseImage)
 }
 
 func parseVersion(v string) (major, minor int) {

@@ -30,6 +30,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/ociimage"
 )
 
 const (
@@ -332,7 +334,7 @@ metadata: {name: %s, namespace: default}
 spec:
   containers:
   - {name: app, image: %s, imagePullPolicy: Never, command: ["sleep", "infinity"]}
-`, name, busyboxImage)
+`, name, ociimage.BusyboxImage)
 	v.sh(fmt.Sprintf("cat >/etc/kubernetes/manifests/%s.yaml <<'EOF'\n%sEOF", name, manifest))
 	defer v.sh(fmt.Sprintf("rm -f /etc/kubernetes/manifests/%s.yaml", name))
 	if err := v.waitPods([]string{name}, 5*time.Minute); err != nil {
