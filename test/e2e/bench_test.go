@@ -30,12 +30,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -755,6 +757,13 @@ func (r *benchReport) markdown() string {
 			ratio(d[3].P50, d[1].P50), ratio(d[3].P99, d[1].P99), ratio(d[3].P50, d[2].P50), ratio(d[3].P99, d[2].P99))
 	}
 	fmt.Fprintf(&b, "\n/metrics answered %d scrape(s) during d's pods.\n", r.Configs[3].Scrapes)
+	pod := benchStages[3]
+	fmt.Fprintf(&b, "\nPod p50 ratios with their 95%% interval (bootstrap, %d resamples of each configuration's pods): whether a difference is measurable at all.\n\n| ratio | p50 | 95%% interval |\n|---|---:|---|\n", bootstrapResamples)
+	for _, pair := range [][2]int{{2, 1}, {3, 1}, {3, 2}} {
+		x, y := r.Configs[pair[0]].stageSamples(pod), r.Configs[pair[1]].stageSamples(pod)
+		lo, hi := bootstrapP50Ratio(x, y)
+		fmt.Fprintf(&b, "| %s / %s | %s | %.3f-%.3f |\n", r.Configs[pair[0]].Name, r.Configs[pair[1]].Name, ratio(distOf(x).P50, distOf(y).P50), lo, hi)
+	}
 	fmt.Fprintf(&b, "\n| plugin | start-up to registered: median ms (min-max, n) | peak RSS (VmHWM) KiB: max over rounds |\n|---|---|---:|\n")
 	for _, cfg := range r.Configs[1:] {
 		d := distOf(cfg.Startups)
@@ -767,6 +776,32 @@ func (r *benchReport) markdown() string {
 	fmt.Fprintf(&b, "\nnri-sysctl's lookup of a pod's own sysctls in containerd (podsysctl.Containerd.Fetch, source %q): first call %s ms (dials), then p50 %s ms, p99 %s ms over %d calls.\n",
 		r.FetchSrc, ms(r.FetchCold), ms(r.Fetch.P50), ms(r.Fetch.P99), r.Fetch.N)
 	return b.String()
+}
+
+const bootstrapResamples = 2000
+
+// bootstrapP50Ratio is the 95% percentile interval of p50(x)/p50(y) over
+// resamples with replacement of x and y (fixed seed: the same samples give
+// the same interval).
+func bootstrapP50Ratio(x, y []time.Duration) (lo, hi float64) {
+	if len(x) == 0 || len(y) == 0 {
+		return 0, 0
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	resample := func(s []time.Duration, into []time.Duration) time.Duration {
+		for i := range into {
+			into[i] = s[rng.IntN(len(s))]
+		}
+		slices.Sort(into)
+		return percentile(into, 50)
+	}
+	bufX, bufY := make([]time.Duration, len(x)), make([]time.Duration, len(y))
+	ratios := make([]float64, bootstrapResamples)
+	for i := range ratios {
+		ratios[i] = float64(resample(x, bufX)) / float64(resample(y, bufY))
+	}
+	slices.Sort(ratios)
+	return ratios[bootstrapResamples*25/1000], ratios[bootstrapResamples*975/1000-1]
 }
 
 func (cfg *benchConfig) stageSamples(stage string) []time.Duration {
@@ -947,4 +982,24 @@ func TestBenchChurn(t *testing.T) {
 		t.Errorf("after every pod was removed the plugin still holds %d pod record(s), want 0", cacheEnd)
 	}
 	bp.stopAndCheck(t)
+}
+
+// TestBootstrapP50Ratio: the interval holds 1 for two samples of one
+// distribution, and excludes it when one is twice the other.
+func TestBootstrapP50Ratio(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	sample := func(scale float64) []time.Duration {
+		s := make([]time.Duration, 300)
+		for i := range s {
+			s[i] = time.Duration(scale * (100 + 20*rng.NormFloat64()) * float64(time.Millisecond))
+		}
+		return s
+	}
+	base, same, double := sample(1), sample(1), sample(2)
+	if lo, hi := bootstrapP50Ratio(same, base); lo > 1 || hi < 1 || hi-lo > 0.1 {
+		t.Errorf("same distribution: interval %.3f-%.3f, want one around 1 and narrower than 0.1", lo, hi)
+	}
+	if lo, hi := bootstrapP50Ratio(double, base); lo < 1.8 || hi > 2.2 {
+		t.Errorf("twice the time: interval %.3f-%.3f, want one inside 1.8-2.2", lo, hi)
+	}
 }
