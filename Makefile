@@ -139,7 +139,7 @@ BENCH_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
 .PHONY: bench bench-smoke bench-churn
 
 ## bench: Go micro-benchmarks, then the create-path benchmark (no plugin,
-## no-op plugin, nri-sysctl; interleaved) against each containerd (root).
+## no-op plugin, nri-sysctl, nri-sysctl with metrics; interleaved) against each containerd (root).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./plugin/
 	@for v in $(BENCH_CONTAINERD_VERSIONS); do \
