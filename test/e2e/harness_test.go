@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/test/internal/ociimage"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 const (
@@ -328,16 +330,11 @@ func startCluster() (c *cluster, skip string, err error) {
 // containerdConfig renders containerd's configuration. All differences between
 // containerd versions belong here.
 func containerdConfig(c *cluster) string {
-	major, minor := parseVersion(c.version)
+	major, minor := containerdversion.Parse(c.version)
 	if major < 2 {
 		return containerdConfigV1x(c)
 	}
-	// containerd 2.0-2.2 use config version 3; 2.3+ use version 4 (and
-	// migrate a version 3 file at start-up, but we write what they expect).
-	cfgVersion := 3
-	if major > 2 || minor >= 3 {
-		cfgVersion = 4
-	}
+	cfgVersion := containerdversion.ConfigVersion(c.version)
 	// For checking containerd's migration of older config versions.
 	if v, err := strconv.Atoi(os.Getenv("NRI_SYSCTL_E2E_CONFIG_VERSION")); err == nil {
 		cfgVersion = v
@@ -547,18 +544,6 @@ func cniConfig(c *cluster) string {
   ]
 }
 `, cniBridgeName, c.cniDataDir, cniSubnet)
-}
-
-func parseVersion(v string) (major, minor int) {
-	v = strings.TrimPrefix(v, "v")
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) >= 1 {
-		major, _ = strconv.Atoi(parts[0])
-	}
-	if len(parts) >= 2 {
-		minor, _ = strconv.Atoi(parts[1])
-	}
-	return major, minor
 }
 
 func (c *cluster) startContainerd() error {

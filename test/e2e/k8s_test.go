@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 const (
@@ -329,7 +331,7 @@ func TestK8sFleet(t *testing.T) {
 	// The chart's mode for this containerd: spec from 2.3 on, else
 	// namespace (hostPID and five capabilities).
 	mode := "spec"
-	if major, minor := parseVersion(c.version); major < 2 || (major == 2 && minor < 3) {
+	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 3) {
 		mode = "namespace"
 	}
 	mode = envOr("NRI_SYSCTL_E2E_K8S_MODE", mode)

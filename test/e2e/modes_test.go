@@ -3,12 +3,14 @@ package e2e
 import (
 	"strings"
 	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 // olderThan22 tells whether the cluster's containerd predates NRI sysctl
 // adjustments (2.2.1, NRI v0.11).
 func olderThan221(c *cluster) bool {
-	major, minor := parseVersion(c.version)
+	major, minor := containerdversion.Parse(c.version)
 	if major != 2 {
 		return major < 2
 	}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 // startSettingPlugin runs test/noop-plugin as another NRI plugin that sets
@@ -41,7 +43,7 @@ func TestKeyFromLowerIndexPluginIsKept(t *testing.T) {
 	if olderThan221(c) {
 		t.Skipf("containerd %s drops NRI sysctl adjustments, its own and other plugins' alike", c.version)
 	}
-	if major, minor := parseVersion(c.version); major == 2 && minor < 3 {
+	if major, minor := containerdversion.Parse(c.version); major == 2 && minor < 3 {
 		t.Skipf("containerd %s does not show a container's sysctls to plugins (from 2.3)", c.version)
 	}
 	checkMeaningful(t, map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_time": "600"})

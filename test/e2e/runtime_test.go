@@ -4,20 +4,22 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 // specModeExpected tells which mode auto mode must pick on the cluster's
 // containerd: spec only from 2.3.0, whose NRI (v0.12) applies sysctl
 // adjustments without the v0.11 nil-map panic of every 2.2 release.
 func specModeExpected(c *cluster) bool {
-	major, minor := parseVersion(c.version)
+	major, minor := containerdversion.Parse(c.version)
 	return major > 2 || (major == 2 && minor >= 3)
 }
 
 // crashesOnSysctlAdjustments: every containerd 2.2 release (2.2.1 and
 // later) vendors NRI v0.11.0, which panics on any sysctl adjustment.
 func crashesOnSysctlAdjustments(c *cluster) bool {
-	major, minor := parseVersion(c.version)
+	major, minor := containerdversion.Parse(c.version)
 	return major == 2 && minor == 2 && !strings.HasPrefix(strings.TrimPrefix(c.version, "v"), "2.2.0")
 }
 

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 // podValues runs a fresh pod with one container, reads keys inside the
@@ -467,7 +469,7 @@ func TestServiceSdNotify(t *testing.T) {
 // containers cannot be created while it is not registered.
 func TestServiceFailClosed(t *testing.T) {
 	c := getCluster(t)
-	if major, minor := parseVersion(c.version); major < 2 || (major == 2 && minor < 2) {
+	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 2) {
 		t.Skipf("containerd %s has no NRI default validator (required_plugins needs containerd >= 2.2, NRI >= 0.10): fail-closed cannot be configured there", c.version)
 	}
 	checkMeaningful(t, serviceValuesA)

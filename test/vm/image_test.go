@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/test/internal/ociimage"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 // basePackages are installed by mmdebstrap (variant minbase).
@@ -214,10 +216,10 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 			return nil, err
 		}
 	}
-	cfgVersion := 3
+	cfgVersion := containerdversion.ConfigVersion(version)
 	dropIn := "10-nri.toml"
-	if major, minor := parseVersion(version); major > 2 || minor >= 3 {
-		cfgVersion, dropIn = 4, "10-nri-v4.toml"
+	if cfgVersion >= 4 {
+		dropIn = "10-nri-v4.toml"
 	}
 	if err := writeFile(filepath.Join(staging, "etc/containerd/config.toml"), containerdConfig(version, cfgVersion), 0o644); err != nil {
 		return nil, err
@@ -369,11 +371,6 @@ imports = ["/etc/containerd/conf.d/*.toml"]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "/etc/cni/net.d"
 `, version, cfgVersion, ociimage.PauseImage)
-}
-
-func parseVersion(v string) (major, minor int) {
-	fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor)
-	return major, minor
 }
 
 func writeFile(path, text string, mode os.FileMode) error {
