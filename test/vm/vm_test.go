@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/nri-sysctl/nri-sysctl/test/internal/ociimage"
 )
 
@@ -129,18 +130,16 @@ func (r *recorder) Errorf(format string, args ...any) {
 }
 func (r *recorder) Logf(format string, args ...any) { r.t.Logf(format, args...) }
 
-// sysctlPath is the path below /proc/sys of a (Kubernetes-normalized) key:
-// dots are separators, slashes stand for dots in a segment.
-func sysctlPath(key string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.':
-			return '/'
-		case '/':
-			return '.'
-		}
-		return r
-	}, key)
+// readEach prints PATH=VALUE, or PATH=the error, for each path it is given.
+const readEach = `for p in "$@"; do printf "%s=%s\n" "$p" "$(cat "$p" 2>&1)"; done`
+
+// sysctlPaths are the /proc/sys files of keys, quoted for the shell.
+func sysctlPaths(keys []string) string {
+	paths := make([]string, len(keys))
+	for i, k := range keys {
+		paths[i] = shellQuote(sysctl.Path(k))
+	}
+	return strings.Join(paths, " ")
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
@@ -183,11 +182,7 @@ func (v *vm) podValues(pod string, keys []string) (map[string]string, error) {
 	if err != nil || id == "" {
 		return nil, fmt.Errorf("pod %s has no running app container (%w)", pod, err)
 	}
-	var paths []string
-	for _, k := range keys {
-		paths = append(paths, shellQuote(sysctlPath(k)))
-	}
-	out, err := v.run(fmt.Sprintf(`crictl exec %s sh -c 'for p in "$@"; do printf "%%s=%%s\n" "$p" "$(cat /proc/sys/$p 2>&1)"; done' sh %s`, id, strings.Join(paths, " ")), 2*time.Minute)
+	out, err := v.run("crictl exec "+id+" sh -c '"+readEach+"' sh "+sysctlPaths(keys), 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -196,11 +191,7 @@ func (v *vm) podValues(pod string, keys []string) (map[string]string, error) {
 
 // hostValues reads keys in the VM's own (host) namespaces.
 func (v *vm) hostValues(keys []string) (map[string]string, error) {
-	var paths []string
-	for _, k := range keys {
-		paths = append(paths, shellQuote(sysctlPath(k)))
-	}
-	out, err := v.run(fmt.Sprintf(`for p in %s; do printf "%%s=%%s\n" "$p" "$(cat /proc/sys/$p 2>&1)"; done`, strings.Join(paths, " ")), time.Minute)
+	out, err := v.run("sh -c '"+readEach+"' sh "+sysctlPaths(keys), time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +207,7 @@ func parseValues(out string, keys []string) map[string]string {
 	}
 	vals := map[string]string{}
 	for _, k := range keys {
-		if val, ok := byPath[sysctlPath(k)]; ok {
+		if val, ok := byPath[sysctl.Path(k)]; ok {
 			vals[k] = val
 		}
 	}
