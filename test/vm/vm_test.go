@@ -22,6 +22,7 @@ package vm
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -216,7 +217,7 @@ func parseValues(out string, keys []string) map[string]string {
 
 func diffValues(got, want map[string]string) []string {
 	var diffs []string
-	for _, k := range slices.Sorted(mapKeys(want)) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if got[k] != want[k] {
 			diffs = append(diffs, fmt.Sprintf("%s=%q, want %q", k, got[k], want[k]))
 		}
@@ -224,19 +225,9 @@ func diffValues(got, want map[string]string) []string {
 	return diffs
 }
 
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 func formatValues(m map[string]string) string {
 	var parts []string
-	for _, k := range slices.Sorted(mapKeys(m)) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, " ")
@@ -338,7 +329,7 @@ spec:
 // asynchronous), at most three.
 func (v *vm) eventuallyProbe(what string, want map[string]string) {
 	v.t.Helper()
-	keys := slices.Sorted(mapKeys(want))
+	keys := slices.Sorted(maps.Keys(want))
 	var got map[string]string
 	for attempt := 1; attempt <= 3; attempt++ {
 		var err error
