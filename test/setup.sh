@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this machine for the nri-sysctl end-to-end tests (test/e2e).
 #
-# Usage: test/setup.sh [--k8s] [CONTAINERD_VERSION...]      (default: v2.4.2)
+# Usage: test/setup.sh [--k8s] [--kubelet] [CONTAINERD_VERSION...]      (default: v2.4.2)
 #
 # Installs, only when missing:
 #   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2,
@@ -13,9 +13,9 @@
 #   - helm $HELM_VERSION into $CACHE/helm-<version>/bin (the chart checks, test/chart)
 #   - with --k8s (make e2e-k8s): the single-node Kubernetes of the e2e-k8s test: kubelet, kube-apiserver,
 #     kube-controller-manager and kube-scheduler $K8S_VERSION from one throwaway
-#     module into $CACHE/kubernetes-<version>/bin (a kubelet already in
-#     $CACHE/kubelet-<version>/bin is reused), etcd $ETCD_VERSION into
+#     module into $CACHE/kubernetes-<version>/bin, etcd $ETCD_VERSION into
 #     $CACHE/etcd-<version>/bin
+#   - with --kubelet (make vm-test): only that kubelet, the same binary
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -37,10 +37,12 @@ APT_PACKAGES=(runc containernetworking-plugins busybox-static iproute2 systemd)
 export DEBIAN_FRONTEND=noninteractive
 
 WANT_K8S=
+WANT_KUBELET=
 VERSIONS=()
 for arg in "$@"; do
 	case $arg in
 	--k8s) WANT_K8S=1 ;;
+	--kubelet) WANT_KUBELET=1 ;;
 	*) VERSIONS+=("$arg") ;;
 	esac
 done
@@ -263,14 +265,12 @@ build_helm() {
 	"$dir/bin/helm" version --short
 }
 
-# setup_k8s: what make e2e-k8s needs, each part only when missing.
-setup_k8s() {
+# setup_kubernetes NAME...: the named Kubernetes commands, each only when missing.
+setup_kubernetes() {
 	local bin="$CACHE/kubernetes-$K8S_VERSION/bin" name want=()
-	for name in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+	for name in "$@"; do
 		if [[ -x $bin/$name ]]; then
 			log "$name $K8S_VERSION: reusing $bin/$name"
-		elif [[ $name == kubelet && -x $CACHE/kubelet-$K8S_VERSION/bin/kubelet ]]; then
-			log "kubelet $K8S_VERSION: reusing $CACHE/kubelet-$K8S_VERSION/bin/kubelet"
 		else
 			want+=("$name")
 		fi
@@ -278,6 +278,11 @@ setup_k8s() {
 	if [[ ${#want[@]} -gt 0 ]]; then
 		step "build ${want[*]} $K8S_VERSION" build_kubernetes "${want[@]}"
 	fi
+}
+
+# setup_k8s: what make e2e-k8s needs, each part only when missing.
+setup_k8s() {
+	setup_kubernetes kube-apiserver kube-controller-manager kube-scheduler kubelet
 	if [[ -x $CACHE/etcd-$ETCD_VERSION/bin/etcd ]]; then
 		log "etcd $ETCD_VERSION: reusing $CACHE/etcd-$ETCD_VERSION/bin/etcd"
 	else
@@ -319,6 +324,8 @@ fi
 
 if [[ -n $WANT_K8S ]]; then
 	setup_k8s
+elif [[ -n $WANT_KUBELET ]]; then
+	setup_kubernetes kubelet
 fi
 
 log "all done in $(($(date +%s) - total_start))s; cache: $CACHE"

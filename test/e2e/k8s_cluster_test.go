@@ -50,10 +50,6 @@ func k8sBinaries(cache string) (map[string]string, error) {
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
 		bins[name] = filepath.Join(cache, "kubernetes-"+k8s, "bin", name)
 	}
-	// A kubelet built on its own (same version) will do.
-	if _, err := os.Stat(bins["kubelet"]); err != nil {
-		bins["kubelet"] = filepath.Join(cache, "kubelet-"+k8s, "bin", "kubelet")
-	}
 	for name, p := range bins {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("%s is missing (%s): run `sudo test/setup.sh --k8s` first", name, p)

@@ -205,7 +205,7 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 		filepath.Join(cache, "containerd-"+version, "bin", "containerd-shim-runc-v2"): "usr/local/bin/containerd-shim-runc-v2",
 		filepath.Join(cache, "containerd-"+version, "bin", "ctr"):                     "usr/local/bin/ctr",
 		filepath.Join(cache, "crictl-"+crictlVersion, "bin", "crictl"):                "usr/local/bin/crictl",
-		filepath.Join(cache, "kubelet-"+kubeletVersion, "bin", "kubelet"):             "usr/local/bin/kubelet",
+		filepath.Join(cache, "kubernetes-"+kubeletVersion, "bin", "kubelet"):          "usr/local/bin/kubelet",
 		filepath.Join(cache, "runc-"+usernsRuncVersion+"-seccomp", "bin", "runc"):     "usr/local/lib/vmtest/runc-userns/runc",
 	}
 	for src, dst := range bins {

@@ -3,7 +3,8 @@
 #   - qemu-system-x86, qemu-utils and mmdebstrap from apt, when missing;
 #   - containerd of each requested version, crictl and runc (for
 #     user-namespace pods) through test/setup.sh, into the shared cache;
-#   - kubelet v1.37.2 through test/vm/build-kubelet.sh;
+#   - kubelet v1.37.2 through test/setup.sh --kubelet (the same binary as
+#     make e2e-k8s's, built once for both);
 #   - runc v1.5.3 with seccomp (libseccomp-dev), for the kubelet comparison's
 #     hostUsers: false pod: Debian's runc 1.1.5 has no id-mapped mounts, and
 #     test/setup.sh's runc has no seccomp, which kubelet's pods ask for.
@@ -35,8 +36,7 @@ else
 	log "apt packages already installed: ${APT_PACKAGES[*]}"
 fi
 
-test/setup.sh "${VERSIONS[@]}"
-test/vm/build-kubelet.sh v1.37.2
+test/setup.sh --kubelet "${VERSIONS[@]}"
 
 runc_dir="$CACHE/runc-$RUNC_VERSION-seccomp/bin"
 if [[ -x $runc_dir/runc ]]; then
