@@ -83,7 +83,7 @@ func benchLoad(b *testing.B, text string, check config.KernelChecker, defaults, 
 // probeOrSkip returns the real kernel probe if it can run here (root).
 func probeOrSkip(b *testing.B) config.KernelChecker {
 	b.Helper()
-	if _, err := probe.Kernel([]string{"net.core.somaxconn"}); err != nil {
+	if _, _, err := probe.Kernel(map[string][]string{"net.core.somaxconn": nil}); err != nil {
 		b.Skipf("kernel probe cannot run here: %v", err)
 	}
 	return probe.Kernel

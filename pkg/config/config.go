@@ -180,9 +180,11 @@ func (ps Problems) Error() string {
 	return fmt.Sprintf("invalid config (%d problem(s)):\n  %s", len(ps), strings.Join(lines, "\n  "))
 }
 
-// KernelChecker reports which normalized names cannot be set in a pod on this
-// kernel. probe.Kernel is the real one.
-type KernelChecker func(names []string) (map[string]error, error)
+// KernelChecker asks the kernel about every normalized name and each value
+// it may be given: which names cannot be set in a pod at all (refused), and
+// what the kernel stored for each value of the others (stored, judged by
+// sysctl.Judge). probe.Kernel is the real one.
+type KernelChecker func(values map[string][]string) (refused map[string]error, stored map[string]map[string]sysctl.Stored, err error)
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
@@ -569,29 +571,47 @@ func (p *parser) containerdNamespace(n *yaml.Node, where string) string {
 	return v
 }
 
-// checkKernel probes every key once in throw-away namespaces: the
-// configured ones and the host's candidates for inheritFromHost.
+// checkKernel probes every key once in throw-away namespaces, with every
+// value the config can give it: the configured ones and the host's
+// candidates for inheritFromHost. A value the kernel takes in a form of its
+// own (jiffies rounding, tcp_fastopen_key's hex) is kept in that form, so
+// that what validate prints, the policy gives and the annotations record is
+// what a pod reads.
 func (p *parser) checkKernel(check KernelChecker) {
 	var host []hostMatch
-	names := p.cfg.AllKeys()
+	values := map[string][]string{}
+	add := func(entries []Entry) {
+		for _, e := range entries {
+			values[e.Key] = append(values[e.Key], e.Value)
+		}
+	}
+	add(p.cfg.Sysctls)
+	for _, r := range p.cfg.Rules {
+		add(r.Sysctls)
+	}
 	if len(p.cfg.InheritFromHost) > 0 {
 		host = p.matchHost()
-		names = withCandidates(names, host)
+		for _, m := range host {
+			for _, c := range m.candidates {
+				values[c.key] = append(values[c.key], c.value)
+			}
+		}
 	}
-	missing, err := check(names)
+	refused, stored, err := check(values)
 	if err != nil {
 		p.fail(0, "", "%v", err)
 		return
 	}
+	k := kernelVerdict{refused: refused, stored: stored}
 	report := func(where string, entries []Entry) {
-		for _, e := range entries {
-			if merr, bad := missing[e.Key]; bad {
-				hint := "kernel probe"
-				if errors.Is(merr, sysctl.ErrMissing) {
-					hint = "kernel probe; is the name misspelt?"
-				}
-				p.fail(e.Line, join(where, e.Key), "%v (%s)", merr, hint)
+		for i := range entries {
+			e := &entries[i]
+			value, err := k.judge(e.Key, e.Value)
+			if err != nil {
+				p.fail(e.Line, join(where, e.Key), "%v", err)
+				continue
 			}
+			e.Value = value
 		}
 	}
 	report("sysctls", p.cfg.Sysctls)
@@ -599,8 +619,32 @@ func (p *parser) checkKernel(check KernelChecker) {
 		report(fmt.Sprintf("rules[%d].sysctls", i), r.Sysctls)
 	}
 	if host != nil {
-		p.inherit(host, missing)
+		p.inherit(host, k)
 	}
+}
+
+// kernelVerdict is what the kernel probe found.
+type kernelVerdict struct {
+	refused map[string]error
+	stored  map[string]map[string]sysctl.Stored
+}
+
+// judge returns the form of value pods get, or why the kernel will not
+// let a pod have it. A value the checker did not report on is taken as
+// written.
+func (k kernelVerdict) judge(key, value string) (string, error) {
+	if why, bad := k.refused[key]; bad {
+		hint := "kernel probe"
+		if errors.Is(why, sysctl.ErrMissing) {
+			hint = "kernel probe; is the name misspelt?"
+		}
+		return "", fmt.Errorf("%v (%s)", why, hint)
+	}
+	s, probed := k.stored[key][value]
+	if !probed {
+		return value, nil
+	}
+	return sysctl.Judge(value, s)
 }
 
 // yamlErrorLine pulls "line N" out of a yaml.v3 error.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -666,16 +667,20 @@ func TestManyKeys(t *testing.T) {
 	}
 }
 
-// fakeKernel is a KernelChecker that records what it was asked.
+// fakeKernel is a KernelChecker that records the names it was asked about
+// (sorted) and the values.
 type fakeKernel struct {
 	missing map[string]error
+	stored  map[string]map[string]sysctl.Stored
 	err     error
 	calls   [][]string
+	values  []map[string][]string
 }
 
-func (f *fakeKernel) check(names []string) (map[string]error, error) {
-	f.calls = append(f.calls, append([]string(nil), names...))
-	return f.missing, f.err
+func (f *fakeKernel) check(values map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+	f.calls = append(f.calls, slices.Sorted(maps.Keys(values)))
+	f.values = append(f.values, values)
+	return f.missing, f.stored, f.err
 }
 
 func TestKernelCheck(t *testing.T) {
@@ -822,14 +827,14 @@ func FuzzLoad(f *testing.F) {
 		// back must then have no keys at all.
 		var asked []string
 		calls := 0
-		check := func(names []string) (map[string]error, error) {
+		check := func(values map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
 			calls++
-			asked = append([]string(nil), names...)
+			asked = slices.Sorted(maps.Keys(values))
 			m := map[string]error{}
-			for _, n := range names {
+			for n := range values {
 				m[n] = sysctl.ErrMissing
 			}
-			return m, nil
+			return m, nil, nil
 		}
 		cfg, err := Parse("fuzz.yaml", data, nil)
 		cfg2, err2 := Parse("fuzz.yaml", data, check)

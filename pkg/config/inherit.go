@@ -187,9 +187,10 @@ func (p *parser) matchHost() []hostMatch {
 	return out
 }
 
-// inherit keeps the candidates the kernel probe passed and adds their host
-// values to the base layer, below every key the file sets itself.
-func (p *parser) inherit(host []hostMatch, missing map[string]error) {
+// inherit keeps the candidates whose host value the kernel probe passed and
+// adds those values, in the kernel's form, to the base layer, below every
+// key the file sets itself.
+func (p *parser) inherit(host []hostMatch, k kernelVerdict) {
 	explicit := map[string]bool{}
 	for _, e := range p.cfg.Sysctls {
 		explicit[e.Key] = true
@@ -199,7 +200,12 @@ func (p *parser) inherit(host []hostMatch, missing map[string]error) {
 		in := &p.cfg.InheritFromHost[m.entry]
 		dropped := m.leftOut
 		for _, c := range m.candidates {
-			if err, bad := missing[c.key]; bad {
+			if why, bad := k.refused[c.key]; bad {
+				dropped = append(dropped, leftOut{c.key, why.Error()})
+				continue
+			}
+			value, err := k.judge(c.key, c.value)
+			if err != nil {
 				dropped = append(dropped, leftOut{c.key, err.Error()})
 				continue
 			}
@@ -208,7 +214,7 @@ func (p *parser) inherit(host []hostMatch, missing map[string]error) {
 				continue
 			}
 			added[c.key] = true
-			p.cfg.Sysctls = append(p.cfg.Sysctls, Entry{Key: c.key, Value: c.value, Line: in.Line, Source: SourceHost, Pattern: in.Pattern})
+			p.cfg.Sysctls = append(p.cfg.Sysctls, Entry{Key: c.key, Value: value, Line: in.Line, Source: SourceHost, Pattern: in.Pattern})
 		}
 		in.LeftOut = len(dropped)
 		if len(in.Keys) == 0 {

@@ -12,15 +12,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Kernel checks that each normalized name exists, and can be set,
-// inside fresh network, IPC and UTS namespaces. Host files are no guide:
-// many net.* keys exist on the host but not in a new network namespace, and
-// some exist there read-only. It returns the names that cannot be set,
-// each with its reason (sysctl.ErrMissing, sysctl.ErrReadOnly,
-// sysctl.ErrNotASysctl or the open error), and an error if the probe itself
+// Kernel checks each normalized name, and each value it may be given, as
+// a pod's writer will meet them: inside fresh network, IPC and UTS
+// namespaces, as host root. Host files are no guide: many net.* keys exist
+// on the host but not in a new network namespace, and some exist there
+// read-only; and only a write tells whether the kernel takes a value as
+// written ("abc" is refused, "010" is read as octal 8).
+//
+// refused holds the names that cannot be set at all, each with its reason
+// (sysctl.ErrMissing, sysctl.ErrReadOnly, sysctl.ErrNotASysctl or the open
+// error). stored holds, for every other name, what the kernel did with
+// each of its values (sysctl.Judge reads it); each value is written to a
+// file that holds its first text again. A per-interface key is written to
+// its stand-in entry (sysctl.ProbeName). err is set when the probe itself
 // could not run, for example without CAP_SYS_ADMIN. It satisfies
 // config.KernelChecker.
-func Kernel(names []string) (refused map[string]error, err error) {
+func Kernel(values map[string][]string) (refused map[string]error, stored map[string]map[string]sysctl.Stored, err error) {
 	nsthread.Run(func() {
 		if err = unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
 			err = fmt.Errorf("kernel probe: cannot create throw-away namespaces (needs root): %w; use --skip-kernel-check to leave the kernel probe out", err)
@@ -33,16 +40,20 @@ func Kernel(names []string) (refused map[string]error, err error) {
 			return
 		}
 		refused = map[string]error{}
-		for _, name := range names {
+		stored = map[string]map[string]sysctl.Stored{}
+		for _, name := range sortedNames(values) {
 			if sysctl.NamespaceOf(name) == sysctl.NotNamespaced {
 				continue
 			}
-			if why := kernelRefusal(sysctl.Path(sysctl.ProbeName(name))); why != nil {
+			path := sysctl.Path(sysctl.ProbeName(name))
+			if why := kernelRefusal(path); why != nil {
 				refused[name] = why
+				continue
 			}
+			stored[name] = tryValues(path, values[name])
 		}
 	})
-	return refused, err
+	return refused, stored, err
 }
 
 // kernelRefusal says why the sysctl file at path cannot be set in a fresh

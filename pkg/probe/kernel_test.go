@@ -32,6 +32,15 @@ func readlink(t *testing.T, path string) string {
 	return l
 }
 
+// noValues asks the probe about names alone.
+func noValues(names ...string) map[string][]string {
+	m := make(map[string][]string, len(names))
+	for _, n := range names {
+		m[n] = nil
+	}
+	return m
+}
+
 func TestKernel(t *testing.T) {
 	needRoot(t)
 	// A fresh network namespace has fewer net.core keys than the host's:
@@ -69,7 +78,7 @@ func TestKernel(t *testing.T) {
 		"vm.no_such_key",
 		"kernel.core_pattern",
 	}
-	missing, err := Kernel(names)
+	missing, _, err := Kernel(noValues(names...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +135,12 @@ func TestKernelRefusal(t *testing.T) {
 
 func TestKernelNoNames(t *testing.T) {
 	needRoot(t)
-	missing, err := Kernel(nil)
+	missing, stored, err := Kernel(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if missing == nil || len(missing) != 0 {
-		t.Errorf("Kernel(nil) = %#v, want an empty map", missing)
+	if missing == nil || len(missing) != 0 || stored == nil || len(stored) != 0 {
+		t.Errorf("Kernel(nil) = %#v, %#v, want empty maps", missing, stored)
 	}
 }
 
@@ -142,7 +151,7 @@ func TestKernelLeavesNamespaces(t *testing.T) {
 	want := readlink(t, "/proc/self/ns/net")
 	wantIPC := readlink(t, "/proc/self/ns/ipc")
 	for i := 0; i < 20; i++ {
-		if _, err := Kernel([]string{"net.core.somaxconn"}); err != nil {
+		if _, _, err := Kernel(map[string][]string{"net.core.somaxconn": {"4096"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -213,7 +222,7 @@ const probeInReadOnlyProcSysEnv = "NRI_SYSCTL_TEST_READONLY_PROC_SYS"
 func TestProbesThroughReadOnlyProcSys(t *testing.T) {
 	if os.Getenv(probeInReadOnlyProcSysEnv) == "1" {
 		names := []string{"net.ipv4.tcp_keepalive_time", "kernel.msgmax", "kernel.domainname"}
-		kernel, err := Kernel(names)
+		kernel, _, err := Kernel(noValues(names...))
 		if err != nil {
 			t.Fatal(err)
 		}
