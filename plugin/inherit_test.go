@@ -74,7 +74,9 @@ func TestPluginRefusesUnexpandedInheritance(t *testing.T) {
 // A reload re-reads the host's values; the expanded keys reach the policy.
 func TestReloadInheritsHostValues(t *testing.T) {
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	p.check = func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) { return nil, nil, nil }
+	p.check = func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+		return nil, nil, nil
+	}
 	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) { return nil, nil })
 	p.reload(writeFile(t, "inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"))
 	cfg := p.current.Load().cfg

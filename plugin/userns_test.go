@@ -37,7 +37,9 @@ func probedOn618([]string) (map[sysctl.Writer]map[string]error, error) {
 func newProbingPlugin() *plugin {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	return newPlugin(log, func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) { return nil, nil, nil }, "")
+	return newPlugin(log, func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+		return nil, nil, nil
+	}, "")
 }
 
 const usernsConfig = `
