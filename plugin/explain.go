@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -90,13 +91,17 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 // keys the kernel refuses in a user namespace: they are left out for
 // user-namespace pods.
 func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) {
-	refused, err := probeUserNamespace(cfg.AllKeys())
-	if err != nil {
+	res, err := checkUserNamespace(cfg)
+	var problems config.Problems
+	switch {
+	case errors.As(err, &problems):
+		fmt.Fprintf(stderr, "warning: the plugin would refuse this config: %v\n", problems)
+	case err != nil:
 		fmt.Fprintf(stderr, "warning: cannot tell which sysctls user-namespace pods may set: %v\n", err)
 		return
 	}
 	cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
-	for w, keys := range refused {
+	for w, keys := range res.Refused {
 		cfg.RefusedInUserNamespace[w] = map[string]bool{}
 		for k := range keys {
 			cfg.RefusedInUserNamespace[w][k] = true

@@ -161,11 +161,23 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg, err := config.Load(*path, kernelChecker(*skip))
+	if err == nil && !*skip && len(cfg.AllKeys()) > 0 {
+		// What the plugin checks at start, for user-namespace pods.
+		var problems config.Problems
+		if _, uerr := checkUserNamespace(cfg); errors.As(uerr, &problems) {
+			err = problems
+		} else if uerr != nil {
+			fmt.Fprintf(stderr, "warning: cannot tell which values user-namespace pods may be given: %v\n", uerr)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s))\n", *path, len(cfg.Sysctls), len(cfg.Rules))
+	for _, e := range cfg.KeptInAnotherForm() {
+		fmt.Fprintf(stdout, "%s:%d: %s: the kernel keeps %q as %q; pods get %s\n", *path, e.Line, e.Key, e.Written, e.Value, e.Value)
+	}
 	printInheritance(stdout, cfg)
 	return 0
 }

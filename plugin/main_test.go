@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,5 +193,67 @@ func TestValidateRefusesAllButASmallRegularFile(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("validate %s did not return within 5 s", tt.path)
 		}
+	}
+}
+
+// Values the kernel refuses (issue 21) make validate exit 1 naming each
+// key and the reason, in one run; the real probes run, in throw-away
+// namespaces.
+func TestValidateRefusesValuesTheKernelRefuses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root")
+	}
+	path := writeFile(t, `sysctls:
+  net.ipv4.tcp_keepalive_time: "abc"
+  net.ipv4.ip_local_port_range: "60000 1000"
+  net.core.somaxconn: -5
+  net.ipv4.tcp_keepalive_intvl: "010"
+rules:
+  - sysctls: {net.ipv4.tcp_keepalive_probes: "9 9"}
+`)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1; stdout:\n%s", code, stdout.String())
+	}
+	want := []string{
+		path + `:2: sysctls.net.ipv4.tcp_keepalive_time: the kernel refuses "abc" (invalid argument)`,
+		path + `:3: sysctls.net.ipv4.ip_local_port_range: the kernel refuses "60000 1000" (invalid argument)`,
+		path + `:4: sysctls.net.core.somaxconn: the kernel refuses "-5" (invalid argument)`,
+		path + `:5: sysctls.net.ipv4.tcp_keepalive_intvl: the kernel stores "010" as "8"; write 8`,
+		path + `:7: rules[0].sysctls.net.ipv4.tcp_keepalive_probes: the kernel stores "9 9" as "9": it keeps 1 of its 2 fields`,
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "(5 problem(s))") {
+		t.Errorf("want exactly 5 problems:\n%s", stderr.String())
+	}
+}
+
+// A value the kernel keeps in a form of its own passes, and validate says
+// what pods get; the user namespace probe runs with the clamped GID range
+// (unclamped, runc in a user-namespace pod is refused "0 2147483647").
+func TestValidatePrintsTheKernelsForm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root")
+	}
+	path := writeFile(t, "sysctls:\n  net.ipv4.icmp_ratelimit: 1001\n  net.ipv4.ping_group_range: \"0 2147483647\"\n")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+		t.Fatalf("exit %d, want 0 and nothing on stderr:\n%s%s", code, stdout.String(), stderr.String())
+	}
+	// What 1001 ms becomes depends on the kernel's HZ: ask it.
+	_, stored, err := probe.Kernel(map[string][]string{"net.ipv4.icmp_ratelimit": {"1001"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := path + ": valid (2 default(s), 0 rule(s))\n"
+	if kept := stored["net.ipv4.icmp_ratelimit"]["1001"].Text; kept != "1001" {
+		want += fmt.Sprintf("%s:2: net.ipv4.icmp_ratelimit: the kernel keeps \"1001\" as %q; pods get %s\n", path, kept, kept)
+	}
+	if stdout.String() != want {
+		t.Fatalf("stdout:\n%s\nwant:\n%s", stdout.String(), want)
 	}
 }

@@ -26,10 +26,14 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 		return err
 	}
 	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
-		refused, err := probeUserNamespace(keys)
+		res, err := checkUserNamespace(cfg)
+		var problems config.Problems
+		if errors.As(err, &problems) {
+			return problems
+		}
 		if errors.Is(err, probe.ErrUserNamespacesDisabled) {
 			p.log.WithError(err).Warn("no pod can have a user namespace, so no key is left out for one")
-			refused, err = nil, nil
+			res, err = probe.UserNamespaceResult{}, nil
 		}
 		if err != nil {
 			// Without a result, user-namespace pods would get keys the
@@ -39,11 +43,11 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 			if prev.RefusedInUserNamespace == nil || !allIn(keys, prev.AllKeys()) {
 				return fmt.Errorf("cannot tell which sysctls user-namespace pods may set: %w (use --skip-kernel-check to leave the probes out)", err)
 			}
-			p.log.WithError(err).Warn("cannot tell which sysctls user-namespace pods may set; keeping the previous result")
+			p.log.WithError(err).Warn("cannot tell which sysctls user-namespace pods may set; keeping the previous result (the values for such pods were checked by host root only)")
 			cfg.RefusedInUserNamespace = prev.RefusedInUserNamespace
 		} else {
 			cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
-			for w, reasons := range refused {
+			for w, reasons := range res.Refused {
 				cfg.RefusedInUserNamespace[w] = map[string]bool{}
 				for _, k := range slices.Sorted(maps.Keys(reasons)) {
 					cfg.RefusedInUserNamespace[w][k] = true
@@ -70,6 +74,27 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 
 // probeUserNamespace is swapped in tests.
 var probeUserNamespace = probe.UserNamespace
+
+// checkUserNamespace runs the user namespace probe with the values cfg
+// gives user-namespace pods. It fails with config.Problems when a writer
+// is refused one of them, and with the probe's error when it could not run.
+func checkUserNamespace(cfg *config.Config) (probe.UserNamespaceResult, error) {
+	res, err := probeUserNamespace(policy.UserNamespaceValues(cfg, probeGIDs()))
+	if err != nil {
+		return res, err
+	}
+	if problems := policy.UserNamespaceProblems(cfg, probeGIDs(), res.Refused, res.Stored); len(problems) > 0 {
+		return res, problems
+	}
+	return res, nil
+}
+
+// probeGIDs is the user namespace probe's gid mapping: the values it
+// writes are clamped to it, as a pod's are to its own.
+func probeGIDs() []policy.IDMapping {
+	containerID, hostID, size := probe.HelperGIDs()
+	return []policy.IDMapping{{ContainerID: containerID, HostID: hostID, Size: size}}
+}
 
 // allIn tells whether every one of keys is in sorted.
 func allIn(keys, sorted []string) bool {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,11 +18,16 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// fakeUserNamespaceProbe replaces the user namespace probe for one test.
+// fakeUserNamespaceProbe replaces the user namespace probe for one test
+// with fn, which is asked about the names alone and stores every value as
+// written.
 func fakeUserNamespaceProbe(t *testing.T, fn func([]string) (map[sysctl.Writer]map[string]error, error)) {
 	t.Helper()
 	previous := probeUserNamespace
-	probeUserNamespace = fn
+	probeUserNamespace = func(values map[sysctl.Writer]map[string][]string) (probe.UserNamespaceResult, error) {
+		refused, err := fn(slices.Sorted(maps.Keys(values[sysctl.WriterInPod])))
+		return probe.UserNamespaceResult{Refused: refused}, err
+	}
 	t.Cleanup(func() { probeUserNamespace = previous })
 }
 

@@ -36,6 +36,10 @@ type Entry struct {
 	Source string
 	// Pattern is the inheritFromHost entry that brought a host value.
 	Pattern string
+	// Written is the value as the file wrote it, set when the kernel
+	// keeps it in another form (Value), such as 1001 ms rounded to
+	// 1004 to fit jiffies.
+	Written string
 }
 
 // SourceHost marks an Entry whose value was read from the host.
@@ -132,6 +136,26 @@ const (
 	RefusedSkip   = "skip"
 	RefusedFail   = "fail"
 )
+
+// KeptInAnotherForm lists the entries, defaults then rules, whose value
+// the kernel keeps in a form of its own: pods get, and annotations show,
+// that form.
+func (c *Config) KeptInAnotherForm() []Entry {
+	var out []Entry
+	for _, e := range c.Sysctls {
+		if e.Written != "" {
+			out = append(out, e)
+		}
+	}
+	for _, r := range c.Rules {
+		for _, e := range r.Sysctls {
+			if e.Written != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
 
 // AllKeys lists every sysctl the config can set, sorted and unique.
 func (c *Config) AllKeys() []string {
@@ -610,6 +634,9 @@ func (p *parser) checkKernel(check KernelChecker) {
 			if err != nil {
 				p.fail(e.Line, join(where, e.Key), "%v", err)
 				continue
+			}
+			if value != sysctl.Fold(e.Value) {
+				e.Written = e.Value
 			}
 			e.Value = value
 		}

@@ -52,8 +52,11 @@ func TestKernelValueCheck(t *testing.T) {
 	// Without the refused ones, the kernel's form is what the config gives.
 	good := "sysctls:\n  net.ipv4.icmp_ratelimit: 1001\nrules:\n  - sysctls: {net.ipv4.icmp_ratelimit: 2000}\n"
 	cfg = mustParse(t, good, fake.check)
-	if v := cfg.Sysctls[0].Value; v != "1004" {
-		t.Errorf("default icmp_ratelimit = %q, want the kernel's 1004", v)
+	if e := cfg.Sysctls[0]; e.Value != "1004" || e.Written != "1001" {
+		t.Errorf("default icmp_ratelimit = %+v, want the kernel's 1004, written 1001", e)
+	}
+	if kept := cfg.KeptInAnotherForm(); len(kept) != 1 || kept[0].Key != "net.ipv4.icmp_ratelimit" {
+		t.Errorf("KeptInAnotherForm() = %+v, want the default icmp_ratelimit alone", kept)
 	}
 	if v := cfg.Rules[0].Sysctls[0].Value; v != "2000" {
 		t.Errorf("rule icmp_ratelimit = %q, want 2000", v)

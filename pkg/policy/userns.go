@@ -2,8 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 // pingGroupRange is the one sysctl whose value names group IDs: inside a
@@ -73,4 +77,84 @@ func HostPingGroupRange(value string, mappings []IDMapping) (string, error) {
 		return fmt.Sprintf("%d %d", lo+offset, hi+offset), nil
 	}
 	return "", fmt.Errorf("GID %d is not mapped in the pod's user namespace", lo)
+}
+
+// UserNamespaceValues lists, for each writer, the values cfg gives a pod
+// with its own user namespace whose GIDs are gids, as that writer writes
+// them: ping_group_range clamped to the pod's GIDs, and in host GIDs for
+// host root, as Decide and the namespace-mode writer do. The user
+// namespace probe writes them, so that a value the kernel takes from host
+// root in a fresh namespace but refuses there is known before any pod has
+// it.
+func UserNamespaceValues(cfg *config.Config, gids []IDMapping) map[sysctl.Writer]map[string][]string {
+	out := map[sysctl.Writer]map[string][]string{sysctl.WriterInPod: {}, sysctl.WriterHost: {}}
+	eachEntry(cfg, func(_ string, e config.Entry) {
+		for w, v := range writtenInUserNamespace(e, gids) {
+			if !slices.Contains(out[w][e.Key], v) {
+				out[w][e.Key] = append(out[w][e.Key], v)
+			}
+		}
+	})
+	return out
+}
+
+// UserNamespaceProblems judges what the user namespace probe found for the
+// values UserNamespaceValues gave it: a value a writer cannot set a key
+// to, where that writer can set the key, rejects the config like any
+// other refused value. Keys a writer cannot set at all are left out for
+// such pods (userNamespaceRefused), not judged here.
+func UserNamespaceProblems(cfg *config.Config, gids []IDMapping, refused map[sysctl.Writer]map[string]error, stored map[sysctl.Writer]map[string]map[string]sysctl.Stored) config.Problems {
+	var problems config.Problems
+	eachEntry(cfg, func(where string, e config.Entry) {
+		for _, w := range []sysctl.Writer{sysctl.WriterInPod, sysctl.WriterHost} {
+			v, ok := writtenInUserNamespace(e, gids)[w]
+			if _, keyRefused := refused[w][e.Key]; !ok || keyRefused {
+				continue
+			}
+			s, probed := stored[w][e.Key][v]
+			if !probed {
+				continue
+			}
+			if _, err := sysctl.Judge(v, s); err != nil {
+				problems = append(problems, config.Problem{File: cfg.Source, Line: e.Line, Key: where + e.Key,
+					Reason: fmt.Sprintf("in a pod with its own user namespace, %s (when %s writes it)", err, w)})
+			}
+		}
+	})
+	return problems
+}
+
+// writtenInUserNamespace is what each writer writes for e into a pod with
+// its own user namespace; a writer is missing when the pod would not get
+// the key (a range with no GID mapped).
+func writtenInUserNamespace(e config.Entry, gids []IDMapping) map[sysctl.Writer]string {
+	if e.Key != pingGroupRange {
+		return map[sysctl.Writer]string{sysctl.WriterInPod: e.Value, sysctl.WriterHost: e.Value}
+	}
+	clamped, ok, _ := clampPingGroupRange(e.Value, gids)
+	if !ok {
+		return nil
+	}
+	out := map[sysctl.Writer]string{sysctl.WriterInPod: clamped}
+	if host, err := HostPingGroupRange(clamped, gids); err == nil {
+		out[sysctl.WriterHost] = host
+	}
+	return out
+}
+
+// eachEntry calls fn for every entry of cfg, defaults then rules, with the
+// place it has in the file ("sysctls.", "rules[0].sysctls.").
+func eachEntry(cfg *config.Config, fn func(where string, e config.Entry)) {
+	for _, e := range cfg.Sysctls {
+		if e.Source == config.SourceHost {
+			fn("", e) // at its inheritFromHost line
+			continue
+		}
+		fn("sysctls.", e)
+	}
+	for i, r := range cfg.Rules {
+		for _, e := range r.Sysctls {
+			fn(fmt.Sprintf("rules[%d].sysctls.", i), e)
+		}
+	}
 }

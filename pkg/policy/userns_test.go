@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
 )
 
 func TestClampPingGroupRange(t *testing.T) {
@@ -130,5 +131,46 @@ func TestDecideSkipsKeysRefusedInUserNamespaces(t *testing.T) {
 	// No probe result (the probe was skipped): nothing is left out.
 	if got := applied(Compile(mustConfig(t, text)).Decide(Input{Pod: Pod{Own: ownAll}, Writer: sysctl.WriterHost})); len(got) != 3 {
 		t.Errorf("without a probe result every key applies: %v", got)
+	}
+}
+
+// The user namespace probe is given each writer's values as Decide and the
+// namespace-mode writer make them, and a value a writer is refused rejects
+// the config at its line; a key the writer cannot set at all is left to
+// userNamespaceRefused.
+func TestUserNamespaceValuesAndProblems(t *testing.T) {
+	cfg := mustConfig(t, "sysctls:\n  net.ipv4.ping_group_range: 0 2147483647\n  net.ipv4.tcp_keepalive_time: 600\n  kernel.domainname: pods\n"+
+		"rules:\n  - sysctls: {net.ipv4.tcp_keepalive_time: 700}\n")
+	gids := []IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	got := UserNamespaceValues(cfg, gids)
+	want := map[sysctl.Writer]map[string][]string{
+		sysctl.WriterInPod: {"net.ipv4.ping_group_range": {"0 65535"}, "net.ipv4.tcp_keepalive_time": {"600", "700"}, "kernel.domainname": {"pods"}},
+		sysctl.WriterHost:  {"net.ipv4.ping_group_range": {"100000 165535"}, "net.ipv4.tcp_keepalive_time": {"600", "700"}, "kernel.domainname": {"pods"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("UserNamespaceValues = %v, want %v", got, want)
+	}
+	refused := map[sysctl.Writer]map[string]error{sysctl.WriterInPod: {"kernel.domainname": unix.EACCES}}
+	stored := map[sysctl.Writer]map[string]map[string]sysctl.Stored{
+		sysctl.WriterInPod: {
+			"net.ipv4.ping_group_range":   {"0 65535": {Text: "0\t65535"}},
+			"net.ipv4.tcp_keepalive_time": {"600": {Text: "600"}, "700": {Err: unix.EACCES}},
+		},
+		sysctl.WriterHost: {
+			"net.ipv4.ping_group_range":   {"100000 165535": {Text: "1\t2"}},
+			"net.ipv4.tcp_keepalive_time": {"600": {Text: "600"}, "700": {Text: "700"}},
+			"kernel.domainname":           {"pods": {Text: "pods"}},
+		},
+	}
+	var lines []string
+	for _, p := range UserNamespaceProblems(cfg, gids, refused, stored) {
+		lines = append(lines, p.Error())
+	}
+	wantLines := []string{
+		`test.yaml:2: sysctls.net.ipv4.ping_group_range: in a pod with its own user namespace, the kernel stores "100000 165535" as "1 2" (field 1); write "1 2" (when host root writes it)`,
+		`test.yaml:6: rules[0].sysctls.net.ipv4.tcp_keepalive_time: in a pod with its own user namespace, the kernel refuses "700" (permission denied) (when runc in the pod writes it)`,
+	}
+	if !reflect.DeepEqual(lines, wantLines) {
+		t.Fatalf("problems:\n%q\nwant\n%q", lines, wantLines)
 	}
 }

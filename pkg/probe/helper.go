@@ -31,14 +31,20 @@ const (
 	podIDCount    = 65536
 )
 
-// Lines of the helper's protocol. The parent sends one name a line and an
-// empty line; the helper answers one refusal a line, then helperReady, and
-// holds its namespaces until its stdin closes.
+// Lines of the helper's protocol. The parent sends a line per name (the
+// name, then each value to write, quoted, tab-separated) and an empty
+// line; the helper answers, per name, one refusal line or one line per
+// value, then helperReady, and holds its namespaces until its stdin closes.
 const (
 	helperRefused = "refused"
+	helperValue   = "value"
 	helperReady   = "ready"
 	// notRegular stands for errNotRegular, which has no errno.
 	notRegular = "not-regular"
+	// Results of one value.
+	valueTaken      = "stored"
+	valueFailed     = "err"
+	valueUnreadable = "unread"
 )
 
 // IsHelper tells whether this process was started as the probe's helper,
@@ -74,12 +80,22 @@ func serveHelper(in io.Reader, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("reading names: %w", err)
 		}
-		name := strings.TrimSuffix(line, "\n")
-		if name == "" {
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
 			break
 		}
-		if err := checkWritable(sysctl.Path(sysctl.ProbeName(name))); err != nil {
+		name, values, err := decodeRequest(line)
+		if err != nil {
+			return err
+		}
+		path := sysctl.Path(sysctl.ProbeName(name))
+		if err := checkWritable(path); err != nil {
 			fmt.Fprintf(w, "%s\t%s\t%s\n", helperRefused, name, encodeOpenError(err))
+			continue
+		}
+		stored := tryValues(path, values)
+		for _, v := range values {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", helperValue, name, strconv.Quote(v), encodeStored(stored[v]))
 		}
 	}
 	fmt.Fprintln(w, helperReady)
@@ -90,6 +106,56 @@ func serveHelper(in io.Reader, out io.Writer) error {
 	// namespaces must live until it closes stdin.
 	_, err := io.Copy(io.Discard, r)
 	return err
+}
+
+// encodeRequest is the parent's line for one name.
+func encodeRequest(name string, values []string) string {
+	var b strings.Builder
+	b.WriteString(name)
+	for _, v := range values {
+		b.WriteString("\t" + strconv.Quote(v))
+	}
+	return b.String()
+}
+
+func decodeRequest(line string) (name string, values []string, err error) {
+	fields := strings.Split(line, "\t")
+	for _, q := range fields[1:] {
+		v, err := strconv.Unquote(q)
+		if err != nil {
+			return "", nil, fmt.Errorf("bad request line %q", line)
+		}
+		values = append(values, v)
+	}
+	return fields[0], values, nil
+}
+
+// encodeStored is one value's result: the kernel's text (quoted), the
+// write's errno, or that the file cannot be read back.
+func encodeStored(s sysctl.Stored) string {
+	switch {
+	case s.Err != nil:
+		return valueFailed + "\t" + encodeOpenError(s.Err)
+	case s.Unreadable:
+		return valueUnreadable
+	}
+	return valueTaken + "\t" + strconv.Quote(s.Text) + "\t" + strconv.Quote(s.Again)
+}
+
+// decodeStored undoes encodeStored; ok is false for text it does not make.
+func decodeStored(fields []string) (s sysctl.Stored, ok bool) {
+	switch {
+	case len(fields) == 2 && fields[0] == valueFailed:
+		s.Err = decodeOpenError(fields[1])
+		return s, s.Err != nil
+	case len(fields) == 1 && fields[0] == valueUnreadable:
+		return sysctl.Stored{Unreadable: true}, true
+	case len(fields) == 3 && fields[0] == valueTaken:
+		text, err1 := strconv.Unquote(fields[1])
+		again, err2 := strconv.Unquote(fields[2])
+		return sysctl.Stored{Text: text, Again: again}, err1 == nil && err2 == nil
+	}
+	return s, false
 }
 
 func encodeOpenError(err error) string {

@@ -226,7 +226,8 @@ func TestProbesThroughReadOnlyProcSys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		users, err := UserNamespace(names)
+		res, err := UserNamespace(namesForBoth(names...))
+		users := res.Refused
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,46 +36,74 @@ var ErrUserNamespacesDisabled = errors.New("this node lets no user namespace be 
 // helperTimeout bounds one run of the helper; UserNamespace retries once.
 const helperTimeout = 5 * time.Second
 
+// UserNamespaceResult is what the kernel did to each writer in a pod with
+// its own user namespace.
+type UserNamespaceResult struct {
+	// Refused holds, for each writer, the names it cannot set at all,
+	// each with its reason.
+	Refused map[sysctl.Writer]map[string]error
+	// Stored holds, for each writer, what the kernel kept of each value
+	// of the other names (sysctl.Judge reads it).
+	Stored map[sysctl.Writer]map[string]map[string]sysctl.Stored
+}
+
+// HelperGIDs is the helper's gid mapping, one range as a pod's: pod GID
+// ContainerID is host GID HostID, for Size GIDs. A value that names GIDs
+// (ping_group_range) is written within it.
+func HelperGIDs() (containerID, hostID, size uint32) { return 0, podRootHostID, podIDCount }
+
 // UserNamespace reports which namespaced sysctls the kernel refuses, in a
 // pod with its own user namespace, to each writer: runc inside the pod
-// (spec mode) and the plugin as host root (namespace mode). Each refused
-// name comes with its reason. Names the kernel probe would refuse in any
-// pod are its business; the caller should leave them out.
+// (spec mode) and the plugin as host root (namespace mode); and what it
+// keeps of each value given for a writer (values[writer][name]: the
+// caller writes GIDs as that writer sees them, see HelperGIDs). Each
+// refused name comes with its reason. Names the kernel probe would refuse
+// in any pod are its business; the caller should leave them out.
 //
 // A re-executed copy of this binary (see IsHelper) creates user, network,
 // IPC and UTS namespaces, with its root mapped to a host uid that is not
-// root, and opens each name for writing as that root; then this process,
-// as host root, enters those namespaces and does the same. The helper is
-// stopped after helperTimeout and run once more if it fails; an error
-// means there is no result, never a partial one.
-func UserNamespace(names []string) (map[sysctl.Writer]map[string]error, error) {
-	var probed []string
-	for _, name := range names {
-		switch sysctl.NamespaceOf(name) {
-		case sysctl.Net, sysctl.IPC, sysctl.UTS:
-			probed = append(probed, name)
+// root, and opens each name for writing and writes each value as that
+// root; then this process, as host root, enters those namespaces and does
+// the same. The helper is stopped after helperTimeout and run once more if
+// it fails; an error means there is no result, never a partial one.
+func UserNamespace(values map[sysctl.Writer]map[string][]string) (UserNamespaceResult, error) {
+	// Both writers are asked about every name either is given.
+	writers := []sysctl.Writer{sysctl.WriterInPod, sysctl.WriterHost}
+	probed := map[sysctl.Writer]map[string][]string{sysctl.WriterInPod: {}, sysctl.WriterHost: {}}
+	for _, byName := range values {
+		for name := range byName {
+			switch sysctl.NamespaceOf(name) {
+			case sysctl.Net, sysctl.IPC, sysctl.UTS:
+				for _, w := range writers {
+					probed[w][name] = values[w][name]
+				}
+			}
 		}
 	}
-	refused, err := runHelper(helperArg0, helperTimeout, probed)
+	res, err := runHelper(helperArg0, helperTimeout, probed)
 	if errors.Is(err, ErrUserNamespacesDisabled) {
-		return nil, fmt.Errorf("user namespace probe: %w", err)
+		return UserNamespaceResult{}, fmt.Errorf("user namespace probe: %w", err)
 	}
 	if err != nil {
 		// Once more: the helper may have been killed from outside, or
 		// been slow on a loaded node.
-		if refused, err = runHelper(helperArg0, helperTimeout, probed); err != nil {
-			return nil, fmt.Errorf("user namespace probe, run twice: %w", err)
+		if res, err = runHelper(helperArg0, helperTimeout, probed); err != nil {
+			return UserNamespaceResult{}, fmt.Errorf("user namespace probe, run twice: %w", err)
 		}
 	}
-	return refused, nil
+	return res, nil
 }
 
 // runHelper runs the helper under arg0 (tests run others) once, and stops
-// it after timeout.
-func runHelper(arg0 string, timeout time.Duration, names []string) (map[sysctl.Writer]map[string]error, error) {
-	refused := map[sysctl.Writer]map[string]error{sysctl.WriterInPod: {}, sysctl.WriterHost: {}}
-	if len(names) == 0 {
-		return refused, nil
+// it after timeout. values has an entry for both writers, with the same
+// names.
+func runHelper(arg0 string, timeout time.Duration, values map[sysctl.Writer]map[string][]string) (UserNamespaceResult, error) {
+	res := UserNamespaceResult{
+		Refused: map[sysctl.Writer]map[string]error{sysctl.WriterInPod: {}, sysctl.WriterHost: {}},
+		Stored:  map[sysctl.Writer]map[string]map[string]sysctl.Stored{sysctl.WriterInPod: {}, sysctl.WriterHost: {}},
+	}
+	if len(values[sysctl.WriterInPod]) == 0 {
+		return res, nil
 	}
 	// The helper's Pdeathsig fires when the forking thread exits, and
 	// nsthread ends threads on purpose: fork from a thread that nothing
@@ -87,25 +115,25 @@ func runHelper(arg0 string, timeout time.Duration, names []string) (map[sysctl.W
 	defer cancel()
 	cmd, err := newHelper(ctx, arg0)
 	if err != nil {
-		return nil, err
+		return UserNamespaceResult{}, err
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
+		return UserNamespaceResult{}, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return UserNamespaceResult{}, err
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := startHelper(cmd); err != nil {
 		if errors.Is(err, unix.ENOSPC) {
-			return nil, fmt.Errorf("%w: starting the helper: %w", ErrUserNamespacesDisabled, err)
+			return UserNamespaceResult{}, fmt.Errorf("%w: starting the helper: %w", ErrUserNamespacesDisabled, err)
 		}
-		return nil, fmt.Errorf("starting the helper: %w", err)
+		return UserNamespaceResult{}, fmt.Errorf("starting the helper: %w", err)
 	}
-	convErr := converse(cmd.Process.Pid, stdin, stdout, names, refused)
+	convErr := converse(cmd.Process.Pid, stdin, stdout, values, res)
 	// Done or failed, the helper now only holds its namespaces: kill it
 	// rather than wait for a clean exit (a race-detector build sleeps a
 	// second on exit).
@@ -113,21 +141,21 @@ func runHelper(arg0 string, timeout time.Duration, names []string) (map[sysctl.W
 	waitErr := cmd.Wait()
 	switch {
 	case convErr == nil:
-		return refused, nil
+		return res, nil
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("the helper did not finish within %s", timeout)
+		return UserNamespaceResult{}, fmt.Errorf("the helper did not finish within %s", timeout)
 	}
-	return nil, fmt.Errorf("%w (helper: %w: %s)", convErr, waitErr, strings.TrimSpace(stderr.String()))
+	return UserNamespaceResult{}, fmt.Errorf("%w (helper: %w: %s)", convErr, waitErr, strings.TrimSpace(stderr.String()))
 }
 
-// converse sends the names, reads the helper's refusals (runc's view),
-// then checks host root's view in the namespaces the helper holds.
-func converse(pid int, stdin io.Writer, stdout io.Reader, names []string, refused map[sysctl.Writer]map[string]error) error {
-	asked := make(map[string]bool, len(names))
+// converse sends the names and runc's values, reads the helper's answers
+// (runc's view), then checks host root's view in the namespaces the helper
+// holds.
+func converse(pid int, stdin io.Writer, stdout io.Reader, values map[sysctl.Writer]map[string][]string, res UserNamespaceResult) error {
+	inPod := values[sysctl.WriterInPod]
 	var req strings.Builder
-	for _, name := range names {
-		asked[name] = true
-		req.WriteString(name + "\n")
+	for _, name := range sortedNames(inPod) {
+		req.WriteString(encodeRequest(name, inPod[name]) + "\n")
 	}
 	req.WriteString("\n")
 	if _, err := io.WriteString(stdin, req.String()); err != nil {
@@ -141,36 +169,64 @@ func converse(pid int, stdin io.Writer, stdout io.Reader, names []string, refuse
 			ready = true
 			break
 		}
-		fields := strings.Split(line, "\t")
-		var openErr error
-		if len(fields) == 3 && fields[0] == helperRefused && asked[fields[1]] {
-			openErr = decodeOpenError(fields[2])
+		if err := readAnswer(line, inPod, res); err != nil {
+			return err
 		}
-		if openErr == nil {
-			return fmt.Errorf("unexpected line from the helper: %q", line)
+	}
+	if !ready {
+		return fmt.Errorf("the helper ended before reporting")
+	}
+	var hostErr error
+	nsthread.Run(func() { hostErr = probeAsHost(pid, values[sysctl.WriterHost], res) })
+	return hostErr
+}
+
+// readAnswer takes one line of the helper's answer into res.
+func readAnswer(line string, asked map[string][]string, res UserNamespaceResult) error {
+	fields := strings.Split(line, "\t")
+	bad := fmt.Errorf("unexpected line from the helper: %q", line)
+	if len(fields) < 3 {
+		return bad
+	}
+	name := fields[1]
+	if _, ok := asked[name]; !ok {
+		return bad
+	}
+	switch fields[0] {
+	case helperRefused:
+		openErr := decodeOpenError(fields[2])
+		if len(fields) != 3 || openErr == nil {
+			return bad
 		}
 		if errors.Is(openErr, unix.EROFS) {
 			// The plugin's /proc/sys is read-only (it runs in a
 			// container), and a user namespace cannot remount it:
 			// runc, writing through the pod's own fresh /proc, is
 			// not refused for that. Nothing is known of this key.
-			continue
+			return nil
 		}
-		refused[sysctl.WriterInPod][fields[1]] = userNamespaceRefusal(sysctl.WriterInPod, openErr)
+		res.Refused[sysctl.WriterInPod][name] = userNamespaceRefusal(sysctl.WriterInPod, openErr)
+	case helperValue:
+		value, err := strconv.Unquote(fields[2])
+		stored, ok := decodeStored(fields[3:])
+		if err != nil || !ok {
+			return bad
+		}
+		if res.Stored[sysctl.WriterInPod][name] == nil {
+			res.Stored[sysctl.WriterInPod][name] = map[string]sysctl.Stored{}
+		}
+		res.Stored[sysctl.WriterInPod][name][value] = stored
+	default:
+		return bad
 	}
-	if !ready {
-		return fmt.Errorf("the helper ended before reporting")
-	}
-	var hostErr error
-	nsthread.Run(func() { hostErr = probeAsHost(pid, names, refused[sysctl.WriterHost]) })
-	return hostErr
+	return nil
 }
 
 // probeAsHost enters the helper's namespaces, on a thread that nsthread
 // throws away afterwards, and opens each name for writing as host root.
 // The helper is this process's child, not yet reaped: its pid cannot
 // name another process.
-func probeAsHost(pid int, names []string, refused map[string]error) error {
+func probeAsHost(pid int, values map[string][]string, res UserNamespaceResult) error {
 	if err := nsthread.WritableProcSys(); err != nil {
 		return err
 	}
@@ -186,9 +242,14 @@ func probeAsHost(pid int, names []string, refused map[string]error) error {
 			return fmt.Errorf("entering the helper's %s namespace: %w", ns, err)
 		}
 	}
-	for _, name := range names {
-		if err := checkWritable(sysctl.Path(sysctl.ProbeName(name))); err != nil {
-			refused[name] = userNamespaceRefusal(sysctl.WriterHost, err)
+	for _, name := range sortedNames(values) {
+		path := sysctl.Path(sysctl.ProbeName(name))
+		if err := checkWritable(path); err != nil {
+			res.Refused[sysctl.WriterHost][name] = userNamespaceRefusal(sysctl.WriterHost, err)
+			continue
+		}
+		if len(values[name]) > 0 {
+			res.Stored[sysctl.WriterHost][name] = tryValues(path, values[name])
 		}
 	}
 	return nil

@@ -31,19 +31,25 @@ func needRootForUserNS(t *testing.T) {
 // --ipc --uts` with uid/gid maps "0 100000 65536", then `nsenter -U -n -i -u
 // --setuid 0 --setgid 0` (runc in the pod) and `nsenter -n -i -u` (host root)
 // opening each file for writing.
+// namesForBoth asks both writers about names alone.
+func namesForBoth(names ...string) map[sysctl.Writer]map[string][]string {
+	return map[sysctl.Writer]map[string][]string{sysctl.WriterInPod: noValues(names...), sysctl.WriterHost: noValues(names...)}
+}
+
 func TestUserNamespace(t *testing.T) {
 	needRootForUserNS(t)
-	refused, err := UserNamespace([]string{
+	res, err := UserNamespace(namesForBoth(
 		"net.core.xfrm_acq_expires", "net.ipv6.route.gc_thresh", "net.core.somaxconn",
 		"net.ipv4.tcp_keepalive_time", "net.ipv4.ping_group_range",
 		"net.ipv4.conf.eth0.rp_filter", "kernel.msgmax", "kernel.sem",
 		"fs.mqueue.msg_max", "kernel.domainname",
 		// Not probed: no pod namespace of these kinds is created.
 		"user.max_user_namespaces", "vm.swappiness",
-	})
+	))
 	if err != nil {
 		t.Fatal(err)
 	}
+	refused := res.Refused
 	hidden, denied := ErrHiddenInUserNamespace.Error(), ErrDeniedInUserNamespace.Error()
 	want := map[sysctl.Writer]map[string]string{
 		// runc is the root of the pod's user namespace, not host root:
@@ -78,7 +84,8 @@ func TestUserNamespace(t *testing.T) {
 }
 
 func TestUserNamespaceNoNames(t *testing.T) {
-	refused, err := UserNamespace([]string{"vm.swappiness"})
+	res, err := UserNamespace(namesForBoth("vm.swappiness"))
+	refused := res.Refused
 	if err != nil || len(refused) != 2 || len(refused[sysctl.WriterInPod]) != 0 || len(refused[sysctl.WriterHost]) != 0 {
 		t.Fatalf("UserNamespace(none probed) = %v, %v; want two empty sets", refused, err)
 	}
@@ -115,7 +122,8 @@ func TestUserNamespaceSurvivesEndingThreads(t *testing.T) {
 	}()
 	names := []string{"net.core.somaxconn", "kernel.domainname"}
 	for i := range 50 {
-		refused, err := runHelper(helperArg0, helperTimeout, names)
+		res, err := runHelper(helperArg0, helperTimeout, namesForBoth(names...))
+		refused := res.Refused
 		if err != nil {
 			t.Fatalf("run %d (after %d threads ended): %v", i, ended.Load(), err)
 		}
@@ -271,7 +279,7 @@ func probeWithNoUserNamespaces() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	_, err := UserNamespace([]string{"kernel.domainname"})
+	_, err := UserNamespace(namesForBoth("kernel.domainname"))
 	fmt.Print(err)
 	if !errors.Is(err, ErrUserNamespacesDisabled) {
 		return 1
@@ -305,12 +313,65 @@ const hangArg0 = "nri-sysctl-test-hang"
 func TestHelperTimeout(t *testing.T) {
 	needRootForUserNS(t)
 	start := time.Now()
-	_, err := runHelper(hangArg0, 300*time.Millisecond, []string{"kernel.domainname"})
+	_, err := runHelper(hangArg0, 300*time.Millisecond, namesForBoth("kernel.domainname"))
 	if err == nil || err.Error() != "the helper did not finish within 300ms" {
 		t.Fatalf("err = %v", err)
 	}
 	// Killed, not waited for until it ends by itself.
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("took %s", took)
+	}
+}
+
+// Each writer writes its values in the user-namespace pod's namespaces:
+// the kernel reads ping_group_range's GIDs in the writer's own user
+// namespace, so an unclamped range is refused to runc in the pod, and a
+// range within the pod's GIDs is kept by each writer in its own terms.
+func TestUserNamespaceValues(t *testing.T) {
+	needRootForUserNS(t)
+	_, hostGID, size := HelperGIDs()
+	podRange := fmt.Sprintf("0 %d", size-1)
+	hostRange := fmt.Sprintf("%d %d", hostGID, hostGID+size-1)
+	res, err := UserNamespace(map[sysctl.Writer]map[string][]string{
+		sysctl.WriterInPod: {
+			"net.ipv4.ping_group_range":   {podRange, "0 2147483647"},
+			"net.ipv4.tcp_keepalive_time": {"600", "abc"},
+		},
+		sysctl.WriterHost: {
+			"net.ipv4.ping_group_range":   {hostRange},
+			"net.ipv4.tcp_keepalive_time": {"600", "abc"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	judged := func(w sysctl.Writer, key, value string) string {
+		s, ok := res.Stored[w][key][value]
+		if !ok {
+			return "no result"
+		}
+		got, err := sysctl.Judge(value, s)
+		if err != nil {
+			return err.Error()
+		}
+		return got
+	}
+	tests := []struct {
+		w          sysctl.Writer
+		key, value string
+		want       string
+	}{
+		{sysctl.WriterInPod, "net.ipv4.ping_group_range", podRange, podRange},
+		{sysctl.WriterInPod, "net.ipv4.ping_group_range", "0 2147483647", `the kernel refuses "0 2147483647" (invalid argument)`},
+		{sysctl.WriterHost, "net.ipv4.ping_group_range", hostRange, hostRange},
+		{sysctl.WriterInPod, "net.ipv4.tcp_keepalive_time", "600", "600"},
+		{sysctl.WriterHost, "net.ipv4.tcp_keepalive_time", "600", "600"},
+		{sysctl.WriterInPod, "net.ipv4.tcp_keepalive_time", "abc", `the kernel refuses "abc" (invalid argument)`},
+		{sysctl.WriterHost, "net.ipv4.tcp_keepalive_time", "abc", `the kernel refuses "abc" (invalid argument)`},
+	}
+	for _, tt := range tests {
+		if got := judged(tt.w, tt.key, tt.value); got != tt.want {
+			t.Errorf("%v writes %s %q: %s, want %s", tt.w, tt.key, tt.value, got, tt.want)
+		}
 	}
 }

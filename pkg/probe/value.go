@@ -21,17 +21,25 @@ const maxSysctlText = 64 << 10
 // does). It runs in throw-away namespaces only.
 func tryValues(path string, values []string) map[string]sysctl.Stored {
 	out := make(map[string]sysctl.Stored, len(values))
-	first, firstErr := readSysctl(path)
+	restore := restorer(path)
 	for _, v := range values {
 		if _, done := out[v]; done {
 			continue
 		}
 		out[v] = tryValue(path, v)
-		if firstErr == nil {
-			_ = writeSysctl(path, first)
-		}
+		restore()
 	}
 	return out
+}
+
+// restorer reads the file's text now and returns what writes it back;
+// a file that cannot be read (write-only) is left as it is.
+func restorer(path string) func() {
+	first, err := readSysctl(path)
+	if err != nil {
+		return func() {}
+	}
+	return func() { _ = writeSysctl(path, first) }
 }
 
 func tryValue(path, value string) sysctl.Stored {
