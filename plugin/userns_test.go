@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
