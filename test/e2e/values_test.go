@@ -20,13 +20,13 @@ var refusedValueConfigs = []struct {
 	name, config, key, reason string
 }{
 	{"not a number", "sysctls:\n  net.ipv4.tcp_keepalive_intvl: \"15\"\n  net.ipv4.tcp_keepalive_time: \"abc\"\n",
-		"net.ipv4.tcp_keepalive_time", `the kernel refuses "abc" (invalid argument)`},
+		"sysctls.net.ipv4.tcp_keepalive_time", `the kernel refuses "abc" (invalid argument)`},
 	{"low above high", "sysctls:\n  net.ipv4.tcp_keepalive_intvl: \"15\"\n  net.ipv4.ip_local_port_range: \"60000 1000\"\n",
-		"net.ipv4.ip_local_port_range", `the kernel refuses "60000 1000" (invalid argument)`},
+		"sysctls.net.ipv4.ip_local_port_range", `the kernel refuses "60000 1000" (invalid argument)`},
 	{"negative somaxconn", "sysctls:\n  net.ipv4.tcp_keepalive_intvl: \"15\"\n  net.core.somaxconn: -5\n",
-		"net.core.somaxconn", `the kernel refuses "-5" (invalid argument)`},
+		"sysctls.net.core.somaxconn", `the kernel refuses "-5" (invalid argument)`},
 	{"octal", "sysctls:\n  net.ipv4.tcp_keepalive_intvl: \"15\"\n  net.ipv4.tcp_keepalive_time: \"010\"\n",
-		"net.ipv4.tcp_keepalive_time", `the kernel stores "010" as "8"; write 8`},
+		"sysctls.net.ipv4.tcp_keepalive_time", `the kernel stores "010" as "8"; write 8`},
 	{"a rule's value", "sysctls:\n  net.ipv4.tcp_keepalive_intvl: \"15\"\nrules:\n  - name: web\n    match: {namespaces: [web]}\n    sysctls: {net.ipv4.tcp_keepalive_probes: \"5x\"}\n",
 		"rules[0].sysctls.net.ipv4.tcp_keepalive_probes", `the kernel refuses "5x" (invalid argument)`},
 }
@@ -46,8 +46,10 @@ func TestKernelRefusedValues(t *testing.T) {
 				t.Errorf("validate: exit %d (want 1), output should hold %q:\n%s", code, want, out)
 			}
 			code, out = runPluginExpectExit(t, bad.config)
-			if code == 0 || !strings.Contains(out, bad.reason) || !strings.Contains(out, "refusing to start") {
-				t.Errorf("plugin: exit %d (want non-zero), output should refuse to start naming %q:\n%s", code, bad.reason, out)
+			// The log line quotes the error: its quotes are escaped.
+			logged := strings.ReplaceAll(": "+bad.key+": "+bad.reason, `"`, `\"`)
+			if code == 0 || !strings.Contains(out, logged) || !strings.Contains(out, "refusing to start") {
+				t.Errorf("plugin: exit %d (want non-zero), output should refuse to start naming %q:\n%s", code, logged, out)
 			}
 			pod := runPod(t, PodSpec{Namespace: "e2e-values"})
 			id := runContainer(t, pod, "app")
