@@ -136,7 +136,7 @@ func TestMetricsCountNamespaceWrites(t *testing.T) {
 	fail := true
 	p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
 		if fail {
-			return []nswrite.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
+			return []nswrite.WriteError{{Key: "kernel.msgmax", Value: "16384", Err: errors.New("invalid argument")}}
 		}
 		return nil
 	}
@@ -360,4 +360,20 @@ func TestMetricsAddressFlag(t *testing.T) {
 			t.Errorf("%q: %v, want ok=%v", tc.addr, err, tc.ok)
 		}
 	}
+}
+
+// Issue 21's safety net: a value that passed the probe but fails in a pod
+// (namespace mode, onError: fail) fails RunPodSandbox with the key, the
+// value and the errno, and is counted as a write_failed container (the pod
+// gets none) and a namespace write failure.
+func TestMetricsCountFailedRunPodSandbox(t *testing.T) {
+	p, m := newMeteredTestPlugin(t, testConfig+"mode: namespace\n", &fakeFetcher{})
+	p.writeNamespaces = (&recordingWriter{fail: map[string]bool{"kernel.msgmax": true}}).write
+	before := counts(m)
+	err := p.RunPodSandbox(context.Background(), testPod("f", "network", "ipc", "uts"))
+	if err == nil || !strings.Contains(err.Error(), `kernel.msgmax "16384": invalid argument`) {
+		t.Fatalf("RunPodSandbox: %v, want an error naming the key, the value and the errno", err)
+	}
+	wantMoved(t, "RunPodSandbox failing on a write", before, counts(m),
+		map[string]float64{"namespace_writes": 3, "namespace_write_failed": 1, "containers/write_failed": 1, "lookups": 1})
 }

@@ -469,7 +469,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		var errs []nswrite.WriteError
 		for _, s := range list {
 			if target[sysctl.Net].Path == failNet && s.Key() == "kernel.msgmax" {
-				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
+				errs = append(errs, nswrite.WriteError{Key: s.Key(), Value: s.Value(), Err: errors.New("invalid argument")})
 			}
 		}
 		return errs

@@ -240,7 +240,7 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	case ctx.Err() != nil:
 		// Nothing is written once the runtime may have moved on.
 		for _, s := range pending {
-			errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx))})
+			errs = append(errs, nswrite.WriteError{Key: s.Key(), Value: s.Value(), Err: fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx))})
 		}
 	default:
 		values, valueErrs := hostSideValues(pending, own.GIDMappings, pod)
@@ -255,12 +255,17 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 		return nil
 	}
 	for _, e := range errs {
-		log.WithFields(logrus.Fields{"key": e.Key, "reason": e.Err.Error()}).Warn("cannot set sysctl in the pod's namespaces")
+		log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot set sysctl in the pod's namespaces")
 	}
 	err := fmt.Errorf("nri-sysctl: pod %s: cannot set %d sysctl(s) in its namespaces: %w", podName(pod), len(errs), joinWriteErrors(errs))
 	if rec.cfg.cfg.OnError == config.OnErrorWarn {
 		log.WithError(err).Warn("onError: warn, the pod goes on; the keys are tried again at its next container")
 		return nil
+	}
+	if event == "RunPodSandbox" {
+		// The pod gets no container: count it here, as CreateContainer
+		// counts a failed write of its own.
+		p.meter.Load().containerOutcome(outcomeWriteFailed)
 	}
 	log.WithError(err).Error("failing the request")
 	return err
@@ -279,7 +284,7 @@ func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodS
 		if s.Key() == "net.ipv4.ping_group_range" {
 			host, err := policy.HostPingGroupRange(s.Value(), gids)
 			if err != nil {
-				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: err})
+				errs = append(errs, nswrite.WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 				continue
 			}
 			s = sysctl.New(s.Key(), host)

@@ -292,7 +292,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 				}
 				calls = append(calls, c)
 				if tc.writeErr {
-					return []nswrite.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
+					return []nswrite.WriteError{{Key: "kernel.msgmax", Value: "16384", Err: errors.New("invalid argument")}}
 				}
 				return nil
 			}
@@ -302,7 +302,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
 			}
-			if tc.wantErr && !strings.Contains(err.Error(), "kernel.msgmax: invalid argument") {
+			if tc.wantErr && !strings.Contains(err.Error(), `kernel.msgmax "16384": invalid argument`) {
 				t.Fatalf("error does not say what failed: %v", err)
 			}
 			want := []call{{

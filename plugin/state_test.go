@@ -33,7 +33,7 @@ func (w *recordingWriter) write(_ nswrite.Target, list []sysctl.Sysctl) []nswrit
 	var errs []nswrite.WriteError
 	for _, s := range list {
 		if w.fail[s.Key()] {
-			errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
+			errs = append(errs, nswrite.WriteError{Key: s.Key(), Value: s.Value(), Err: errors.New("invalid argument")})
 		}
 	}
 	return errs
@@ -116,7 +116,7 @@ func TestNamespaceModeHealFailureFailsTheContainer(t *testing.T) {
 	p := newTestPlugin(t, testConfig+"mode: namespace\n", &fakeFetcher{})
 	p.writeNamespaces = (&recordingWriter{fail: map[string]bool{"kernel.msgmax": true}}).write
 	_, _, err := p.CreateContainer(context.Background(), testPod("hf", "network", "ipc"), &api.Container{Name: "app"})
-	if err == nil || !strings.Contains(err.Error(), "kernel.msgmax: invalid argument") {
+	if err == nil || !strings.Contains(err.Error(), `kernel.msgmax "16384": invalid argument`) {
 		t.Fatalf("err = %v, want the failed key", err)
 	}
 }

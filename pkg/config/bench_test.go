@@ -9,6 +9,7 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 // Benchmarks of what start-up and every reload cost: reading and
@@ -101,4 +102,45 @@ func BenchmarkLoadSmallKernelProbe(b *testing.B) {
 
 func BenchmarkLoadLargeKernelProbe(b *testing.B) {
 	benchLoad(b, benchLargeConfig(), probeOrSkip(b), 64, 32)
+}
+
+// bench32Config has 32 defaults, as issue 21's start-up measurement asks:
+// the 21 interface keys on the default entry and 11 more.
+func bench32Config() string {
+	var b strings.Builder
+	b.WriteString("sysctls:\n")
+	for i, k := range ifaceKeys {
+		fmt.Fprintf(&b, "  net.ipv4.conf.default.%s: %d\n", k, i%2)
+	}
+	for _, kv := range []string{
+		"net.core.somaxconn: 1024", "net.ipv4.tcp_keepalive_time: 600", "net.ipv4.tcp_keepalive_intvl: 60",
+		"net.ipv4.tcp_keepalive_probes: 5", "net.ipv4.ip_local_port_range: 10000 60999", "net.ipv4.tcp_fin_timeout: 30",
+		"net.ipv4.tcp_syncookies: 1", "net.ipv4.icmp_ratelimit: 1000", "kernel.msgmax: 16384", "kernel.msgmnb: 32768",
+		"kernel.sem: 250 32000 32 128",
+	} {
+		b.WriteString("  " + kv + "\n")
+	}
+	return b.String()
+}
+
+// namesOnly is the kernel probe as it was before it wrote values: it opens
+// each key for writing and writes nothing.
+func namesOnly(check config.KernelChecker) config.KernelChecker {
+	return func(values map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+		names := make(map[string][]string, len(values))
+		for n := range values {
+			names[n] = nil
+		}
+		return check(names)
+	}
+}
+
+// Before and after issue 21, in one run: the probe that writes and reads
+// back every value, against the one that only opened each key.
+func BenchmarkLoad32KernelValues(b *testing.B) {
+	benchLoad(b, bench32Config(), probeOrSkip(b), 32, 0)
+}
+
+func BenchmarkLoad32KernelNamesOnly(b *testing.B) {
+	benchLoad(b, bench32Config(), namesOnly(probeOrSkip(b)), 32, 0)
 }

@@ -9,12 +9,29 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"gopkg.in/yaml.v3"
 )
 
-// procSys is the host's /proc/sys; tests point it at a fake tree.
+// procSys is /proc/sys; tests point it at a fake tree.
 var procSys = os.DirFS("/proc/sys")
+
+// inHost runs fn with the host's /proc/sys: on a thread, thrown away
+// afterwards, in the host's network, IPC and UTS namespaces, since the
+// process's own may be a pod's (a DaemonSet) and /proc/sys shows the
+// reading thread's. Tests swap it for their fake tree.
+var inHost = func(fn func(fs.FS) error) error {
+	var err error
+	nsthread.Run(func() {
+		if err = nsthread.EnterHost(); err != nil {
+			err = fmt.Errorf("inheritFromHost needs the host's namespaces: %w", err)
+			return
+		}
+		err = fn(procSys)
+	})
+	return err
+}
 
 // globLeavesOut says why a glob does not bring a key, or "". Named
 // exactly, such a key is inherited like any other.
@@ -115,11 +132,25 @@ type hostMatch struct {
 // matched. An entry that matches nothing, or only node-wide keys, is a
 // problem; it is not returned.
 func (p *parser) matchHost() []hostMatch {
-	names, err := hostSysctlNames(procSys)
+	var out []hostMatch
+	err := inHost(func(host fs.FS) error {
+		names, err := hostSysctlNames(host)
+		if err != nil {
+			return fmt.Errorf("cannot list the host's sysctls: %w", err)
+		}
+		out = p.matchHostNames(host, names)
+		return nil
+	})
 	if err != nil {
-		p.fail(p.cfg.InheritFromHost[0].Line, "inheritFromHost", "cannot list the host's sysctls: %v", err)
+		p.fail(p.cfg.InheritFromHost[0].Line, "inheritFromHost", "%v", err)
 		return nil
 	}
+	return out
+}
+
+// matchHostNames does matchHost's work with the host's /proc/sys and the
+// names in it.
+func (p *parser) matchHostNames(host fs.FS, names []string) []hostMatch {
 	values := map[string]hostValue{}
 	readErrs := map[string]error{}
 	read := func(key string) (hostValue, error) {
@@ -129,7 +160,7 @@ func (p *parser) matchHost() []hostMatch {
 		if err, ok := readErrs[key]; ok {
 			return hostValue{}, err
 		}
-		v, err := readHostValue(procSys, key)
+		v, err := readHostValue(host, key)
 		if err != nil {
 			readErrs[key] = err
 			return hostValue{}, err

@@ -2,6 +2,12 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
+	"io/fs"
+	"os"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -46,9 +52,10 @@ func useFakeHost(t testing.TB, files map[string]string) {
 	for p, v := range files {
 		fsys[p] = &fstest.MapFile{Data: []byte(v), Mode: 0o644}
 	}
-	saved := procSys
+	saved, savedInHost := procSys, inHost
 	procSys = fsys
-	t.Cleanup(func() { procSys = saved })
+	inHost = func(fn func(fs.FS) error) error { return fn(fsys) }
+	t.Cleanup(func() { procSys, inHost = saved, savedInHost })
 }
 
 // values returns the config's base layer as key -> value, followed by
@@ -325,5 +332,73 @@ func TestHostSysctlNamesOnThisHost(t *testing.T) {
 	}
 	if f := strings.Fields(v); len(f) != 2 || strings.Contains(v, "\t") || strings.Join(f, " ") != v {
 		t.Errorf("ip_local_port_range read as %q, want two fields separated by one space", v)
+	}
+}
+
+// inheritInChildEnv makes the test binary, re-run under unshare, parse an
+// inheritFromHost config with the real probe and print what it inherited.
+const inheritInChildEnv = "NRI_SYSCTL_TEST_INHERIT_CHILD"
+
+// TestInheritInChild is the child's side of the tests below.
+func TestInheritInChild(t *testing.T) {
+	if os.Getenv(inheritInChildEnv) != "1" {
+		t.Skip("run by TestInheritReadsTheHostsNamespaces")
+	}
+	cfg, err := Parse("f.yaml", []byte("inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"), probe.Kernel)
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return
+	}
+	for _, e := range cfg.Inherited() {
+		fmt.Printf("inherited %s=%s\n", e.Key, e.Value)
+	}
+}
+
+// runInheritChild runs TestInheritInChild under unshare with the given
+// flags, after the shell command setup.
+func runInheritChild(t *testing.T, setup string, unshareArgs ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs util-linux unshare")
+	}
+	args := append(unshareArgs, "sh", "-c", setup+` && exec "$0" -test.run '^TestInheritInChild$' -test.v`, os.Args[0])
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = append(os.Environ(), inheritInChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unshare %v: %v\n%s", unshareArgs, err, out)
+	}
+	return string(out)
+}
+
+// Issue 23, finding 2: under `unshare -n` with the key set to 1234 in its
+// own network namespace, validate used to print 1234 as the host's value.
+// The values are read in the host's namespaces (pid 1's).
+func TestInheritReadsTheHostsNamespaces(t *testing.T) {
+	host, err := os.ReadFile("/proc/sys/net/ipv4/tcp_keepalive_time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostValue := strings.TrimSpace(string(host))
+	if hostValue == "1234" {
+		t.Skip("the host's value is the test's own")
+	}
+	out := runInheritChild(t, "echo 1234 > /proc/sys/net/ipv4/tcp_keepalive_time", "-n")
+	if want := "inherited net.ipv4.tcp_keepalive_time=" + hostValue + "\n"; !strings.Contains(out, want) {
+		t.Fatalf("child in its own network namespace:\n%s\nwant a line %q", out, want)
+	}
+}
+
+// Where pid 1 is not the host's init (a pod without hostPID), the host's
+// namespaces are out of reach: the config is refused with that reason,
+// never expanded from the process's own namespaces.
+func TestInheritRefusedWithoutTheHostsPIDNamespace(t *testing.T) {
+	out := runInheritChild(t, "true", "-p", "-f", "--mount-proc", "-n")
+	want := "error: invalid config (1 problem(s)):\n  f.yaml:1: inheritFromHost: inheritFromHost needs the host's namespaces: " + nsthread.ErrNotHostPIDNamespace.Error()
+	if !strings.Contains(out, want) {
+		t.Fatalf("child in its own pid namespace:\n%s\nwant %q", out, want)
 	}
 }

@@ -3,9 +3,12 @@
 package nsthread
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,6 +68,64 @@ func WritableProcSys() error {
 	keep := uintptr(st.Flags) & (unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
 	if err := unix.Mount("", procSys, "", unix.MS_REMOUNT|unix.MS_BIND|keep, ""); err != nil {
 		return fmt.Errorf("%s is mounted read-only (in a container?), and remounting it read-write failed: %w", procSys, err)
+	}
+	return nil
+}
+
+// pidInitInode is the nsfs inode number of the host's (initial) pid
+// namespace, fixed by the kernel since 3.8 (include/linux/proc_ns.h).
+const pidInitInode = 0xEFFFFFFC
+
+// ErrNotHostPIDNamespace marks a process in a pid namespace of its own (a
+// pod without hostPID): its pid 1 is not the host's init, so the host's
+// namespaces are out of its reach.
+var ErrNotHostPIDNamespace = errors.New("this process has a pid namespace of its own (a pod without hostPID), so the host's namespaces are out of its reach")
+
+// isKthreadd tells whether pid is the kernel's thread creator.
+func isKthreadd(pid int) bool {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && string(comm) == "kthreadd\n"
+}
+
+// EnterHost moves the calling (locked, thrown-away) thread into the host's
+// network, IPC and UTS namespaces, so that /proc/sys shows the host's
+// values: a plugin in a pod (or under `unshare -n`) sees its own
+// namespaces' otherwise. A namespace that is the kernel's initial one
+// (sysctl.Namespace.InitialInode) is the host's already; any other is
+// left for pid 1's, which is the host's init only in the host's pid
+// namespace, checked first. Entering needs CAP_SYS_ADMIN, and
+// CAP_SYS_PTRACE to open another process's namespaces.
+func EnterHost() error {
+	var pid unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &pid); err != nil {
+		return fmt.Errorf("reading /proc/self/ns/pid: %w", err)
+	}
+	for _, ns := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS} {
+		var own unix.Stat_t
+		ownPath := "/proc/thread-self/ns/" + ns.ProcName()
+		if err := unix.Stat(ownPath, &own); err != nil {
+			return fmt.Errorf("reading %s: %w", ownPath, err)
+		}
+		if own.Dev == pid.Dev && own.Ino == ns.InitialInode() {
+			continue // the host's already
+		}
+		if pid.Ino != pidInitInode {
+			return ErrNotHostPIDNamespace
+		}
+		path := "/proc/1/ns/" + ns.ProcName()
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)) && isKthreadd(2) {
+			path = "/proc/2/ns/" + ns.ProcName()
+			fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		}
+		if err != nil {
+			return fmt.Errorf("opening the host's %s namespace (%s): %w", ns, path, err)
+		}
+		err = unix.Setns(fd, ns.CloneFlag())
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("entering the host's %s namespace (%s): %w", ns, path, err)
+		}
 	}
 	return nil
 }

@@ -27,13 +27,15 @@ type NamespaceRef struct {
 	Pid  int
 }
 
-// WriteError is one sysctl that could not be written.
+// WriteError is one sysctl that could not be written: its key, the value
+// tried and why (the errno, for a write the kernel refused).
 type WriteError struct {
-	Key string
-	Err error
+	Key   string
+	Value string
+	Err   error
 }
 
-func (e WriteError) Error() string { return fmt.Sprintf("%s: %v", e.Key, e.Err) }
+func (e WriteError) Error() string { return fmt.Sprintf("%s %q: %v", e.Key, e.Value, e.Err) }
 
 // Write sets each sysctl inside the target namespaces. It returns one error
 // per failed key; the others are still written.
@@ -47,7 +49,7 @@ func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
 	if err := nsthread.WritableProcSys(); err != nil {
 		for _, s := range sysctls {
-			errs = append(errs, WriteError{Key: s.Key(), Err: err})
+			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 		}
 		return errs
 	}
@@ -63,11 +65,11 @@ func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	for _, s := range sysctls {
 		ns := sysctl.NamespaceOf(s.Key())
 		if err := enter(ns); err != nil {
-			errs = append(errs, WriteError{Key: s.Key(), Err: err})
+			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 			continue
 		}
 		if err := os.WriteFile(sysctl.Path(s.Key()), []byte(s.Value()), 0o644); err != nil {
-			errs = append(errs, WriteError{Key: s.Key(), Err: unwrapPathError(err)})
+			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: unwrapPathError(err)})
 		}
 	}
 	return errs

@@ -184,7 +184,7 @@ func TestWriteRefusesAnExitedSandbox(t *testing.T) {
 	if len(errs) != 1 || !errors.Is(errs[0].Err, ErrSandboxExited) {
 		t.Fatalf("want %v, got %v", ErrSandboxExited, errs)
 	}
-	if want := fmt.Sprintf("kernel.domainname: uts namespace of pid %d: the pod sandbox process has exited", pid); errs[0].Error() != want {
+	if want := fmt.Sprintf(`kernel.domainname "exited": uts namespace of pid %d: the pod sandbox process has exited`, pid); errs[0].Error() != want {
 		t.Fatalf("error %q, want %q", errs[0].Error(), want)
 	}
 }

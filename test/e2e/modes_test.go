@@ -65,15 +65,27 @@ func TestNamespaceModeWriteFailure(t *testing.T) {
 	checkMeaningful(t, map[string]string{"net.ipv4.tcp_keepalive_time": "600"})
 
 	t.Run("FailFailsThePod", func(t *testing.T) {
-		startPlugin(t, cfg, "--mode", "namespace")
+		addr := freeAddress(t)
+		startPlugin(t, cfg, "--mode", "namespace", "--metrics-address", addr)
+		before := scrape(t, addr)
 		_, err := c.runPodErr(PodSpec{Name: "nsfail", Namespace: "e2e-modes"})
 		if err == nil {
 			t.Fatal("pod started although a sysctl could not be written (onError: fail)")
 		}
-		if !strings.Contains(err.Error(), "net.ipv4.conf.nosuchif9.rp_filter") {
-			t.Errorf("the error reaching CRI does not name the key: %v", err)
+		// The key, the value and the errno (issue 21's safety net).
+		if !strings.Contains(err.Error(), `net.ipv4.conf.nosuchif9.rp_filter \"2\": writing /proc/sys/net/ipv4/conf/nosuchif9/rp_filter: `) {
+			t.Errorf("the error reaching CRI does not name the key, the value and the errno: %v", err)
 		}
 		t.Logf("RunPodSandbox refused: %v", err)
+		after := scrape(t, addr)
+		for series, want := range map[string]float64{
+			`nri_sysctl_containers_total{outcome="write_failed"}`: 1,
+			`nri_sysctl_namespace_write_failures_total`:           1,
+		} {
+			if got := after[series] - before[series]; got < want {
+				t.Errorf("%s moved by %v, want at least %v", series, got, want)
+			}
+		}
 	})
 
 	t.Run("WarnStartsThePod", func(t *testing.T) {
