@@ -425,7 +425,9 @@ func TestVMSpecModeService(t *testing.T) {
 		pid := v.unitProp("nri-sysctl.service", "MainPID")
 		since := v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
 		cursor := v.sh("journalctl -u nri-sysctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
-		v.writeConfig("sysctls:\n  net.ipv4.tcp_keepalive_time: 630\n  vm.swappiness: 10\n")
+		// Two kinds of bad edit: a key that is not namespaced, and a value
+		// the kernel refuses (issue 21).
+		v.writeConfig("sysctls:\n  net.ipv4.tcp_keepalive_time: 630\n  vm.swappiness: 10\n  net.ipv4.tcp_keepalive_probes: \"abc\"\n")
 		v.waitReloadUnit(since)
 		time.Sleep(2 * time.Second)
 		got, err := v.probePod([]string{"net.ipv4.tcp_keepalive_time", "kernel.msgmax"})
@@ -441,8 +443,8 @@ func TestVMSpecModeService(t *testing.T) {
 			t.Errorf("nri-sysctl.service: MainPID %s -> %s, state %s: a broken edit must not stop the plugin", pid, now, v.unitProp("nri-sysctl.service", "ActiveState"))
 		}
 		journal := v.sh(fmt.Sprintf("journalctl -u nri-sysctl --no-pager -o cat --after-cursor=%s", shellQuote(strings.TrimSpace(cursor))))
-		if !strings.Contains(journal, "vm.swappiness") {
-			t.Errorf("journalctl -u nri-sysctl does not name the bad key vm.swappiness:\n%s", journal)
+		if !strings.Contains(journal, "vm.swappiness") || !strings.Contains(journal, `net.ipv4.tcp_keepalive_probes: the kernel refuses \"abc\" (invalid argument)`) {
+			t.Errorf("journalctl -u nri-sysctl does not name the bad key vm.swappiness and the refused value of net.ipv4.tcp_keepalive_probes:\n%s", journal)
 		} else {
 			t.Logf("journalctl -u nri-sysctl after the broken edit:\n%s", lastLines(journal, 6))
 		}
