@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/crioimport"
@@ -31,7 +30,7 @@ func runImportCRIO(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	path := fs.Arg(0)
-	data, err := readCRIOConfig(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", path, err)
 		return 1
@@ -49,27 +48,4 @@ func runImportCRIO(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// readCRIOConfig reads a regular file of at most config.MaxFileSize: a
-// wrong path (a device, a log) should fail, not hang or fill memory.
-func readCRIOConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if info, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (mode %s)", info.Mode())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > config.MaxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes; a CRI-O config is a few kilobytes", config.MaxFileSize)
-	}
-	return data, nil
 }
