@@ -150,17 +150,15 @@ func judge(in auditInput) verdict {
 		}
 		return verdict{true, fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
 	}
-	outcome, annotated := in.annotations[annotationOutcome]
-	switch outcome {
-	case outcomeApplied, outcomeNothingToApply, outcomeExcluded:
-		return verdict{true, "outcome " + outcome}
-	case outcomeLookupFailed:
-		return verdict{false, "outcome lookup_failed: the plugin could not read the pod's own sysctls and set nothing"}
-	case outcomeWriteFailed:
-		return verdict{false, "outcome write_failed: some sysctls could not be written into the pod's namespaces"}
-	}
-	if annotated {
-		return verdict{false, fmt.Sprintf("unknown outcome %q", outcome)}
+	if name, annotated := in.annotations[annotationOutcome]; annotated {
+		o, known := parseOutcome(name)
+		switch {
+		case !known:
+			return verdict{false, fmt.Sprintf("unknown outcome %q", name)}
+		case outcomes[o].lacking != "":
+			return verdict{false, "outcome " + name + ": " + outcomes[o].lacking}
+		}
+		return verdict{true, "outcome " + name}
 	}
 	_, injected := in.annotations[annotationInjected]
 	_, skipped := in.annotations[annotationSkipped]

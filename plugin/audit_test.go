@@ -46,11 +46,11 @@ func TestAuditJudge(t *testing.T) {
 		wantWhy string
 	}{
 		// From the annotations.
-		{"applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied), decision: plain}, true, "outcome applied"},
-		{"nothing to apply", auditInput{annotations: ann(annotationOutcome, outcomeNothingToApply), decision: plain}, true, "outcome nothing_to_apply"},
-		{"excluded", auditInput{annotations: ann(annotationOutcome, outcomeExcluded), decision: plain}, true, "outcome excluded"},
-		{"lookup failed", auditInput{annotations: ann(annotationOutcome, outcomeLookupFailed), policy: pol, decision: plain}, false, "outcome lookup_failed"},
-		{"write failed", auditInput{annotations: ann(annotationOutcome, outcomeWriteFailed), policy: pol, decision: plain}, false, "outcome write_failed"},
+		{"applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied.String()), decision: plain}, true, "outcome applied"},
+		{"nothing to apply", auditInput{annotations: ann(annotationOutcome, outcomeNothingToApply.String()), decision: plain}, true, "outcome nothing_to_apply"},
+		{"excluded", auditInput{annotations: ann(annotationOutcome, outcomeExcluded.String()), decision: plain}, true, "outcome excluded"},
+		{"lookup failed", auditInput{annotations: ann(annotationOutcome, outcomeLookupFailed.String()), policy: pol, decision: plain}, false, "outcome lookup_failed"},
+		{"write failed", auditInput{annotations: ann(annotationOutcome, outcomeWriteFailed.String()), policy: pol, decision: plain}, false, "outcome write_failed"},
 		{"unknown outcome", auditInput{annotations: ann(annotationOutcome, "maybe"), decision: plain}, false, `unknown outcome "maybe"`},
 		{"older plugin: injected only", auditInput{annotations: ann(annotationInjected, "kernel.msgmax=16384"), decision: plain}, true, "without outcomes"},
 		{"no annotation, no config", auditInput{annotations: ann("io.kubernetes.cri.container-type", "container"), decision: plain}, false, "no nri-sysctl annotation"},
@@ -61,7 +61,7 @@ func TestAuditJudge(t *testing.T) {
 		{"no annotation, empty config", auditInput{policy: empty, decision: plain}, true, "nothing to apply"},
 		// Live values decide over annotations.
 		{"live: defaults, though not annotated (healed)", auditInput{policy: pol, decision: plain, live: defaults}, true, "live values match (3 key(s))"},
-		{"live: kernel values, though annotated applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied), policy: pol, decision: plain, live: kernel},
+		{"live: kernel values, though annotated applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied.String()), policy: pol, decision: plain, live: kernel},
 			false, "live values: kernel.msgmax=8192, want 16384; net.ipv4.tcp_keepalive_intvl=75, want 60; net.ipv4.tcp_keepalive_time=7200, want 600"},
 		{"live: the pod's own value is not expected", auditInput{policy: pol, decision: setsOne, live: ownIntvl}, true, "live values match (2 key(s))"},
 		{"live: a key that cannot be read", auditInput{policy: pol, decision: plain, live: map[string]liveValue{

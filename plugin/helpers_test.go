@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
@@ -26,3 +28,7 @@ func (p *plugin) hasRecord(podID string) bool {
 	_, ok := p.records.pods[podID]
 	return ok
 }
+
+// lackingLogged counts the containers Synchronize logged as lacking the
+// defaults: one line names each.
+func lackingLogged(log string) int { return strings.Count(log, "lacks the node's sysctl defaults") }

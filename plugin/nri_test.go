@@ -404,7 +404,7 @@ func TestNRISpecMode(t *testing.T) {
 			want: ours{
 				sysctls:  map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"},
 				injected: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600",
-				outcome:  outcomeApplied,
+				outcome:  outcomeApplied.String(),
 			},
 		},
 		{
@@ -417,7 +417,7 @@ func TestNRISpecMode(t *testing.T) {
 				sysctls:  map[string]string{"kernel.msgmax": "16384"},
 				injected: "kernel.msgmax=16384",
 				skipped:  "net.ipv4.tcp_keepalive_intvl (" + hostNet + "); net.ipv4.tcp_keepalive_time (" + hostNet + ")",
-				outcome:  outcomeApplied,
+				outcome:  outcomeApplied.String(),
 			},
 		},
 		{
@@ -428,14 +428,14 @@ func TestNRISpecMode(t *testing.T) {
 				sysctls:  map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_time": "600"},
 				injected: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_time=600",
 				skipped:  "net.ipv4.tcp_keepalive_intvl (pod sets it itself)",
-				outcome:  outcomeApplied,
+				outcome:  outcomeApplied.String(),
 			},
 		},
 		{
 			name: "excluded pod is left alone but for its outcome",
 			pod:  nriPod("excluded", "kube-system", "network", "ipc", "uts"),
 			ctr:  nriContainer("excluded"),
-			want: ours{outcome: outcomeExcluded},
+			want: ours{outcome: outcomeExcluded.String()},
 		},
 	}
 	for _, tc := range tests {
@@ -502,7 +502,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := oursOf(adj), (ours{injected: all, outcome: outcomeApplied}); !reflect.DeepEqual(got, want) {
+		if got, want := oursOf(adj), (ours{injected: all, outcome: outcomeApplied.String()}); !reflect.DeepEqual(got, want) {
 			t.Errorf("containerd receives %+v, want %+v (no sysctls: it would drop them)", got, want)
 		}
 		if got := takeWrites(); len(got) != 0 {
@@ -532,8 +532,8 @@ func TestNRINamespaceMode(t *testing.T) {
 		if !strings.Contains(got.skipped, "kernel.msgmax (write failed: invalid argument)") {
 			t.Errorf("%s = %q, want kernel.msgmax with its write failure", annotationSkipped, got.skipped)
 		}
-		if got.outcome != outcomeWriteFailed {
-			t.Errorf("%s = %q, want %q", annotationOutcome, got.outcome, outcomeWriteFailed)
+		if got.outcome != outcomeWriteFailed.String() {
+			t.Errorf("%s = %q, want %q", annotationOutcome, got.outcome, outcomeWriteFailed.String())
 		}
 		// The failed key, and only it, is tried again at the container.
 		if w := takeWrites(); len(w) != 1 || w[0].keys != "kernel.msgmax=16384" {
@@ -582,16 +582,16 @@ exclude:
 		pod  *api.PodSandbox
 		want ours
 	}{
-		{nriPod("web-a", "web", "network"), ours{sysctls: map[string]string{"net.core.somaxconn": "4096"}, injected: "net.core.somaxconn=4096", outcome: outcomeApplied}},
-		{nriPod("default-b", "default", "network"), ours{outcome: outcomeNothingToApply}},
-		{nriPod("web-unknown", "web", "network"), ours{outcome: outcomeLookupFailed}},
+		{nriPod("web-a", "web", "network"), ours{sysctls: map[string]string{"net.core.somaxconn": "4096"}, injected: "net.core.somaxconn=4096", outcome: outcomeApplied.String()}},
+		{nriPod("default-b", "default", "network"), ours{outcome: outcomeNothingToApply.String()}},
+		{nriPod("web-unknown", "web", "network"), ours{outcome: outcomeLookupFailed.String()}},
 	}
 	for _, c := range handled {
 		if got := oursOf(rt.startPod(t, c.pod, nriContainer(c.pod.GetId()))); !reflect.DeepEqual(got, c.want) {
 			t.Fatalf("pod %s: containerd receives %+v, want %+v", c.pod.GetId(), got, c.want)
 		}
 	}
-	if n := first.p.lacking.Load(); n != 0 {
+	if n := lackingLogged(first.log.String()); n != 0 {
 		t.Fatalf("first run: %d container(s) lacking, want 0", n)
 	}
 
@@ -613,7 +613,7 @@ exclude:
 	rt.mu.Unlock()
 	second.serve(t, rt)
 	second.waitReady(t, rt)
-	if n := second.p.lacking.Load(); n != 2 {
+	if n := lackingLogged(second.log.String()); n != 2 {
 		t.Errorf("Synchronize counts %d container(s) lacking the defaults, want 2 (away-c, away-d)", n)
 	}
 	if log := second.log.String(); !strings.Contains(log, "pod=away-c") || !strings.Contains(log, "pod=away-d") || strings.Contains(log, "pod=default-b") {

@@ -151,7 +151,7 @@ func TestCreateContainerExcludedPodIsNotLookedUp(t *testing.T) {
 	pod := testPod("x", "network", "ipc")
 	pod.Namespace = "kube-system"
 	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
-	if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" || annotation(adj, annotationOutcome) != outcomeExcluded {
+	if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" || annotation(adj, annotationOutcome) != outcomeExcluded.String() {
 		t.Fatalf("excluded pod: adj=%v err=%v; want only the outcome annotation", adj, err)
 	}
 	if f.calls.Load() != 0 {
@@ -178,8 +178,8 @@ func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing
 				if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" {
 					t.Fatalf("unknown pod sysctls must not fail or set anything: adj=%v err=%v", adj, err)
 				}
-				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed {
-					t.Fatalf("outcome annotation %q, want %q", got, outcomeLookupFailed)
+				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed.String() {
+					t.Fatalf("outcome annotation %q, want %q", got, outcomeLookupFailed.String())
 				}
 			}
 			if n := f.calls.Load(); n != 3 {

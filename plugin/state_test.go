@@ -60,8 +60,8 @@ func TestNamespaceModeAnnotatesOnlyWhatWasWritten(t *testing.T) {
 	if got := annotation(adj, annotationSkipped); !strings.Contains(got, "kernel.msgmax (write failed: invalid argument)") {
 		t.Errorf("skipped = %q, want kernel.msgmax with its write failure", got)
 	}
-	if got := annotation(adj, annotationOutcome); got != outcomeWriteFailed {
-		t.Errorf("outcome = %q, want %q", got, outcomeWriteFailed)
+	if got := annotation(adj, annotationOutcome); got != outcomeWriteFailed.String() {
+		t.Errorf("outcome = %q, want %q", got, outcomeWriteFailed.String())
 	}
 	// Each container creation tries the failed key again, and only that one.
 	w.fail = nil
@@ -72,8 +72,8 @@ func TestNamespaceModeAnnotatesOnlyWhatWasWritten(t *testing.T) {
 	if got, want := strings.Join(w.calls, " | "), "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600 | kernel.msgmax=16384 | kernel.msgmax=16384"; got != want {
 		t.Errorf("writes %q, want %q", got, want)
 	}
-	if got := annotation(adj, annotationOutcome); got != outcomeApplied {
-		t.Errorf("after the retry, outcome = %q, want %q", got, outcomeApplied)
+	if got := annotation(adj, annotationOutcome); got != outcomeApplied.String() {
+		t.Errorf("after the retry, outcome = %q, want %q", got, outcomeApplied.String())
 	}
 	if got := annotation(adj, annotationInjected); !strings.Contains(got, "kernel.msgmax=16384") {
 		t.Errorf("after the retry, injected = %q lacks kernel.msgmax", got)
@@ -147,7 +147,7 @@ func TestSynchronizeDoesNotCountHandledContainers(t *testing.T) {
 			if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, []*api.Container{ctr}); err != nil {
 				t.Fatal(err)
 			}
-			if n := p.lacking.Load(); n != 0 {
+			if n := lackingLogged(buf.String()); n != 0 {
 				t.Errorf("%d container(s) reported lacking the defaults, want 0; log: %s", n, buf.String())
 			}
 		})
@@ -229,8 +229,8 @@ func TestHandlersAnswerBeforeTheDeadline(t *testing.T) {
 	if late := time.Since(deadline); late > -20*time.Millisecond {
 		t.Errorf("answered %v after the runtime's deadline (want before it, with a margin)", late)
 	}
-	if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed {
-		t.Errorf("outcome %q, want %q", got, outcomeLookupFailed)
+	if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed.String() {
+		t.Errorf("outcome %q, want %q", got, outcomeLookupFailed.String())
 	}
 }
 
@@ -250,7 +250,7 @@ func TestNoNamespaceWriteAfterTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	// The lookup is served from the record, so only the write is at stake.
-	rec := p.record(testPod("d2", "network", "ipc"), "test")
+	rec := p.record(testPod("d2", "network", "ipc"))
 	rec.own, rec.lookedUp = podsysctl.PodSysctls{Source: podsysctl.SourceSandboxConfig}, true
 	if err := p.RunPodSandbox(ctx, testPod("d2", "network", "ipc")); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+)
+
+// writeIntoPod writes what the pod's namespaces still lack: all of it at
+// RunPodSandbox, or at a container's creation whatever an earlier attempt
+// missed (the plugin was down, or a write failed with onError: warn).
+func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodSandbox, d policy.Decision, own podsysctl.PodSysctls, event string) error {
+	ctx, cancel := p.withinDeadline(ctx)
+	defer cancel()
+	log := p.podLog(pod).WithField("event", event)
+	written, _, _ := rec.namespaceOutcome()
+	var pending []sysctl.Sysctl
+	for _, s := range d.Apply {
+		if !hasKey(written, s.Key()) {
+			pending = append(pending, s)
+		}
+	}
+	var errs []nswrite.WriteError
+	switch {
+	case len(pending) == 0:
+	case ctx.Err() != nil:
+		// Nothing is written once the runtime may have moved on.
+		for _, s := range pending {
+			errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx))})
+		}
+	default:
+		values, valueErrs := hostSideValues(pending, own.GIDMappings, pod)
+		errs = append(valueErrs, p.writeNamespaces(namespaceTarget(pod), values)...)
+	}
+	rec.recordWrite(pending, errs)
+	p.meter.Load().namespaceWritten(len(pending), len(errs))
+	if len(errs) == 0 {
+		if len(pending) > 0 && log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+			log.WithField("sysctls", formatApplied(pending)).Debug("wrote into the pod's namespaces")
+		}
+		return nil
+	}
+	for _, e := range errs {
+		log.WithFields(logrus.Fields{"key": e.Key, "reason": e.Err.Error()}).Warn("cannot set sysctl in the pod's namespaces")
+	}
+	err := fmt.Errorf("nri-sysctl: pod %s: cannot set %d sysctl(s) in its namespaces: %w", podName(pod), len(errs), joinWriteErrors(errs))
+	if rec.cfg.cfg.OnError == config.OnErrorWarn {
+		log.WithError(err).Warn("onError: warn, the pod goes on; the keys are tried again at its next container")
+		return nil
+	}
+	log.WithError(err).Error("failing the request")
+	return err
+}
+
+// hostSideValues rewrites values that name IDs into the host's IDs: in
+// namespace mode the plugin writes from the host's user namespace, and the
+// kernel reads ping_group_range's GIDs in the writer's namespace.
+func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodSandbox) ([]sysctl.Sysctl, []nswrite.WriteError) {
+	if !podInfo(pod).Own.Has(sysctl.User) {
+		return list, nil
+	}
+	out := make([]sysctl.Sysctl, 0, len(list))
+	var errs []nswrite.WriteError
+	for _, s := range list {
+		if s.Key() == "net.ipv4.ping_group_range" {
+			host, err := policy.HostPingGroupRange(s.Value(), gids)
+			if err != nil {
+				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: err})
+				continue
+			}
+			s = sysctl.New(s.Key(), host)
+		}
+		out = append(out, s)
+	}
+	return out, errs
+}
+
+// decideInNamespaceMode heals a pod whose namespaces still lack their
+// sysctls, then tells what the pod really holds, for the container's
+// annotations.
+func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox) decided {
+	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
+	if !ok {
+		return decided{outcome: outcomeLookupFailed}
+	}
+	if rec.needsWrite() {
+		if err := p.writeIntoPod(ctx, rec, pod, d, own, "CreateContainer"); err != nil {
+			return decided{outcome: outcomeWriteFailed, err: err}
+		}
+	}
+	written, errs, state := rec.namespaceOutcome()
+	skipped := d.Skipped
+	for _, e := range errs {
+		skipped = append(skipped, policy.Skipped{Key: e.Key, Code: policy.SkipWriteFailed, Reason: policy.ReasonWriteFailed + ": " + e.Err.Error()})
+	}
+	outcome := appliedOrNothing(written)
+	if state == writeFailed {
+		outcome = outcomeWriteFailed
+	}
+	return decided{outcome: outcome, applied: written, skipped: skipped}
+}
+
+func joinWriteErrors(errs []nswrite.WriteError) error {
+	list := make([]error, len(errs))
+	for i, e := range errs {
+		list[i] = e
+	}
+	return errors.Join(list...)
+}
