@@ -8,19 +8,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -97,12 +94,7 @@ type auditInput struct {
 	decision policy.Input
 	// live holds --read's values in the pod's namespaces, or why a key
 	// could not be read; nil without --read.
-	live map[string]liveValue
-}
-
-type liveValue struct {
-	value string
-	err   error
+	live map[string]podns.Value
 }
 
 type verdict struct {
@@ -130,19 +122,17 @@ func judge(in auditInput) verdict {
 		var wrong []string
 		for _, s := range d.Apply {
 			want := s.Value()
-			if s.Key() == "net.ipv4.ping_group_range" && in.decision.Pod.Own.Has(sysctl.User) {
-				// Read from the host's user namespace: host GIDs.
-				if host, err := policy.HostPingGroupRange(want, in.decision.GIDMappings); err == nil {
-					want = host
-				}
+			// Read from the host's user namespace: host GIDs.
+			if host, err := policy.HostSide(s, in.decision.Pod.Own, in.decision.GIDMappings); err == nil {
+				want = host.Value()
 			}
 			got := in.live[s.Key()]
 			switch {
-			case got.err != nil:
-				wrong = append(wrong, s.Key()+": cannot read: "+got.err.Error())
-			case sameValue(got.value, want):
+			case got.Err != nil:
+				wrong = append(wrong, s.Key()+": cannot read: "+got.Err.Error())
+			case sameValue(got.Value, want):
 			default:
-				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.value, want))
+				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.Value, want))
 			}
 		}
 		if len(wrong) > 0 {
@@ -310,70 +300,20 @@ func ownNamespaces(o *runtimeapi.NamespaceOption) policy.NamespaceSet {
 
 // liveValues reads, once per pod, the values of the keys the decision
 // gives it, inside the pod's namespaces.
-func (p *auditPod) liveValues(pol *policy.Policy) map[string]liveValue {
+func (p *auditPod) liveValues(pol *policy.Policy) map[string]podns.Value {
 	d := pol.Decide(p.decision)
 	keys := make([]string, len(d.Apply))
 	for i, s := range d.Apply {
 		keys[i] = s.Key()
 	}
-	return readInNamespacesOf(p.pid, keys)
-}
-
-// readInNamespacesOf reads keys in the namespaces of process pid from a
-// throw-away OS thread (nsthread) that enters them with setns: read-only,
-// and no other goroutine ever runs there.
-func readInNamespacesOf(pid uint32, keys []string) map[string]liveValue {
-	out := make(map[string]liveValue, len(keys))
-	if pid == 0 {
+	if p.pid == 0 {
+		out := make(map[string]podns.Value, len(keys))
 		for _, k := range keys {
-			out[k] = liveValue{err: errors.New("no process of the pod found")}
+			out[k] = podns.Value{Err: errors.New("no process of the pod found")}
 		}
 		return out
 	}
-	nsthread.Run(func() {
-		entered := map[sysctl.Namespace]error{}
-		for _, k := range keys {
-			ns := sysctl.NamespaceOf(k)
-			err, done := entered[ns]
-			if !done {
-				err = enterNamespaceOf(pid, ns)
-				entered[ns] = err
-			}
-			if err != nil {
-				out[k] = liveValue{err: err}
-				continue
-			}
-			data, err := os.ReadFile(sysctl.Path(k))
-			out[k] = liveValue{value: strings.TrimSpace(string(data)), err: err}
-		}
-	})
-	return out
-}
-
-func enterNamespaceOf(pid uint32, ns sysctl.Namespace) error {
-	var name string
-	var flag int
-	switch ns {
-	case sysctl.Net:
-		name, flag = "net", unix.CLONE_NEWNET
-	case sysctl.IPC:
-		name, flag = "ipc", unix.CLONE_NEWIPC
-	case sysctl.UTS:
-		name, flag = "uts", unix.CLONE_NEWUTS
-	default:
-		// A multi-threaded process cannot enter a user namespace.
-		return fmt.Errorf("cannot read %s sysctls from another namespace", ns)
-	}
-	path := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/ns/" + name
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Setns(fd, flag); err != nil {
-		return fmt.Errorf("entering %s: %w", path, err)
-	}
-	return nil
+	return podns.Read(podns.PidTarget(int(p.pid), p.decision.Pod.Own.Has), keys)
 }
 
 // printAudit prints one line per container, then the lacking ones again

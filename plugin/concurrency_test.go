@@ -18,7 +18,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -260,7 +260,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 			q := newConcPlugin(t, runtimeVersion, f, io.Discard)
 			q.setConfig(mustParse(t, cfg))
 			var wrote []string
-			q.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			q.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				wrote = append(wrote, canonicalWrite(list))
 				return nil
 			}
@@ -305,8 +305,8 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 	}
 	var writesMu sync.Mutex
 	writesByPod := map[string][]string{}
-	podByIPC := map[nswrite.NamespaceRef]string{}
-	p.writeNamespaces = func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	podByIPC := map[podns.NamespaceRef]string{}
+	p.writeNamespaces = func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		// Every slot has its own IPC namespace, reached through the
 		// sandbox pid, which concPod makes unique per lifetime.
 		writesMu.Lock()
@@ -605,7 +605,7 @@ func TestReloadAppliesToNewPodsOnly(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			p := newConcPlugin(t, version, &fakeFetcher{}, io.Discard)
 			var wrote []string
-			p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			p.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				wrote = append(wrote, canonicalWrite(list))
 				return nil
 			}

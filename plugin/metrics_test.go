@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -136,9 +136,9 @@ func histogramCount(t *testing.T, m *metrics, name string) uint64 {
 func TestMetricsCountNamespaceWrites(t *testing.T) {
 	p, m := newMeteredTestPlugin(t, testConfig+"mode: namespace\nonError: warn\n", &fakeFetcher{})
 	fail := true
-	p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	p.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		if fail {
-			return []nswrite.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
+			return []podns.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
 		}
 		return nil
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/containerd/ttrpc"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -242,7 +242,7 @@ func (l *lockedLog) String() string {
 
 // newNRIPlugin makes the plugin as runPlugin does, with cfgText in force,
 // pods looked up through f and namespace writes going to write.
-func newNRIPlugin(t *testing.T, override runtimemode.Mode, cfgText string, f podsysctl.Fetcher, write func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError) *nriPlugin {
+func newNRIPlugin(t *testing.T, override runtimemode.Mode, cfgText string, f podsysctl.Fetcher, write func(podns.Target, []sysctl.Sysctl) []podns.WriteError) *nriPlugin {
 	t.Helper()
 	out := &lockedLog{}
 	log := logrus.New()
@@ -376,7 +376,7 @@ func oursOf(adj *api.ContainerAdjustment) ours {
 func TestNRISpecMode(t *testing.T) {
 	rt := startNRIRuntime(t, "2.4.2", true)
 	f := nriFetcher{own: map[string]map[string]string{"own": {"net.ipv4.tcp_keepalive_intvl": "33"}}}
-	h := newNRIPlugin(t, "", nriDefaults, f, func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError {
+	h := newNRIPlugin(t, "", nriDefaults, f, func(podns.Target, []sysctl.Sysctl) []podns.WriteError {
 		t.Error("spec mode wrote into a pod's namespaces")
 		return nil
 	})
@@ -454,7 +454,7 @@ func TestNRISpecMode(t *testing.T) {
 func TestNRINamespaceMode(t *testing.T) {
 	rt := startNRIRuntime(t, "2.1.9", false)
 	type write struct {
-		target nswrite.Target
+		target podns.Target
 		keys   string
 	}
 	var (
@@ -462,14 +462,14 @@ func TestNRINamespaceMode(t *testing.T) {
 		writes []write
 	)
 	failNet := "/var/run/netns/cni-failing"
-	writer := func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	writer := func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		mu.Lock()
 		defer mu.Unlock()
 		writes = append(writes, write{target, formatApplied(list)})
-		var errs []nswrite.WriteError
+		var errs []podns.WriteError
 		for _, s := range list {
 			if target[sysctl.Net].Path == failNet && s.Key() == "kernel.msgmax" {
-				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
+				errs = append(errs, podns.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
 			}
 		}
 		return errs
@@ -494,7 +494,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err := rt.runPod(pod); err != nil {
 			t.Fatal(err)
 		}
-		want := []write{{nswrite.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: 4242}, sysctl.UTS: {Pid: 4242}}, all}}
+		want := []write{{podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: 4242}, sysctl.UTS: {Pid: 4242}}, all}}
 		if got := takeWrites(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("writes at RunPodSandbox = %+v, want %+v", got, want)
 		}

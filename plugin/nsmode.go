@@ -7,7 +7,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -28,13 +28,13 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 			pending = append(pending, s)
 		}
 	}
-	var errs []nswrite.WriteError
+	var errs []podns.WriteError
 	switch {
 	case len(pending) == 0:
 	case ctx.Err() != nil:
 		// Nothing is written once the runtime may have moved on.
 		for _, s := range pending {
-			errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx))})
+			errs = append(errs, podns.WriteError{Key: s.Key(), Err: fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx))})
 		}
 	default:
 		values, valueErrs := hostSideValues(pending, own.GIDMappings, pod)
@@ -60,25 +60,19 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	return err
 }
 
-// hostSideValues rewrites values that name IDs into the host's IDs: in
-// namespace mode the plugin writes from the host's user namespace, and the
-// kernel reads ping_group_range's GIDs in the writer's namespace.
-func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodSandbox) ([]sysctl.Sysctl, []nswrite.WriteError) {
-	if !podInfo(pod).Own.Has(sysctl.User) {
-		return list, nil
-	}
+// hostSideValues is what the plugin writes from the host's user namespace
+// (policy.HostSide): a key whose host-side value cannot be had fails.
+func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodSandbox) ([]sysctl.Sysctl, []podns.WriteError) {
+	own := podInfo(pod).Own
 	out := make([]sysctl.Sysctl, 0, len(list))
-	var errs []nswrite.WriteError
+	var errs []podns.WriteError
 	for _, s := range list {
-		if s.Key() == "net.ipv4.ping_group_range" {
-			host, err := policy.HostPingGroupRange(s.Value(), gids)
-			if err != nil {
-				errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: err})
-				continue
-			}
-			s = sysctl.New(s.Key(), host)
+		host, err := policy.HostSide(s, own, gids)
+		if err != nil {
+			errs = append(errs, podns.WriteError{Key: s.Key(), Err: err})
+			continue
 		}
-		out = append(out, s)
+		out = append(out, host)
 	}
 	return out, errs
 }
@@ -108,7 +102,7 @@ func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	return decided{outcome: outcome, applied: written, skipped: skipped}
 }
 
-func joinWriteErrors(errs []nswrite.WriteError) error {
+func joinWriteErrors(errs []podns.WriteError) error {
 	list := make([]error, len(errs))
 	for i, e := range errs {
 		list[i] = e

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -168,7 +168,7 @@ func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing
 			f := &fakeFetcher{err: errors.New("dial unix /run/containerd/containerd.sock: connection refused")}
 			p := newTestPlugin(t, testConfig+"mode: "+mode+"\n", f)
 			var wrote []string
-			p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			p.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				wrote = append(wrote, formatApplied(list))
 				return nil
 			}
@@ -264,7 +264,7 @@ func TestConfigureRejectsBadConfigText(t *testing.T) {
 
 func TestRunPodSandboxNamespaceMode(t *testing.T) {
 	type call struct {
-		target nswrite.Target
+		target podns.Target
 		keys   []string
 	}
 	tests := []struct {
@@ -285,14 +285,14 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 			}
 			p := newTestPlugin(t, text, &fakeFetcher{own: map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"}})
 			var calls []call
-			p.writeNamespaces = func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			p.writeNamespaces = func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				c := call{target: target}
 				for _, s := range list {
 					c.keys = append(c.keys, s.Key()+"="+s.Value())
 				}
 				calls = append(calls, c)
 				if tc.writeErr {
-					return []nswrite.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
+					return []podns.WriteError{{Key: "kernel.msgmax", Err: errors.New("invalid argument")}}
 				}
 				return nil
 			}
@@ -306,7 +306,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 				t.Fatalf("error does not say what failed: %v", err)
 			}
 			want := []call{{
-				target: nswrite.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: 4242}},
+				target: podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: 4242}},
 				keys:   []string{"net.ipv4.tcp_keepalive_time=600"},
 			}}
 			if !reflect.DeepEqual(calls, want) {
@@ -327,7 +327,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 
 func TestRunPodSandboxSpecModeWritesNothing(t *testing.T) {
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	p.writeNamespaces = func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError {
+	p.writeNamespaces = func(podns.Target, []sysctl.Sysctl) []podns.WriteError {
 		t.Fatal("spec mode wrote into namespaces")
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -101,14 +101,14 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 
 // namespaceTarget finds the pod's namespaces: by their path (the network
 // one has it), or else through the sandbox's pid.
-func namespaceTarget(pod *api.PodSandbox) nswrite.Target {
-	t := nswrite.Target{}
+func namespaceTarget(pod *api.PodSandbox) podns.Target {
+	t := podns.Target{}
 	for _, ns := range pod.GetLinux().GetNamespaces() {
 		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
 		if !ok {
 			continue
 		}
-		ref := nswrite.NamespaceRef{Path: ns.GetPath()}
+		ref := podns.NamespaceRef{Path: ns.GetPath()}
 		if ref.Path == "" {
 			ref.Pid = int(pod.GetPid())
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -36,8 +36,8 @@ type podRecord struct {
 	lookupFailures int
 
 	// Namespace mode only.
-	written   []sysctl.Sysctl      // keys really in the pod's namespaces
-	writeErrs []nswrite.WriteError // keys the last attempt failed on
+	written   []sysctl.Sysctl    // keys really in the pod's namespaces
+	writeErrs []podns.WriteError // keys the last attempt failed on
 	writes    writeState
 }
 
@@ -112,7 +112,7 @@ func (r *podRecord) needsWrite() bool {
 
 // recordWrite keeps what an attempt wrote: keys that were written stay
 // written; the failed ones are tried again at the next container.
-func (r *podRecord) recordWrite(attempted []sysctl.Sysctl, errs []nswrite.WriteError) {
+func (r *podRecord) recordWrite(attempted []sysctl.Sysctl, errs []podns.WriteError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	failed := make(map[string]bool, len(errs))
@@ -134,10 +134,10 @@ func (r *podRecord) recordWrite(attempted []sysctl.Sysctl, errs []nswrite.WriteE
 
 // namespaceOutcome is what the pod's namespaces hold and what failed, for
 // annotations.
-func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []nswrite.WriteError, state writeState) {
+func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.WriteError, state writeState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]sysctl.Sysctl(nil), r.written...), append([]nswrite.WriteError(nil), r.writeErrs...), r.writes
+	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
 }
 
 func hasKey(list []sysctl.Sysctl, key string) bool {

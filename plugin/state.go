@@ -9,7 +9,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
@@ -56,7 +56,7 @@ type plugin struct {
 	// modeLogged: the first mode chosen is logged even if it is the default.
 	modeLogged atomic.Bool
 	// writeNamespaces is swapped in tests.
-	writeNamespaces func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError
+	writeNamespaces func(podns.Target, []sysctl.Sysctl) []podns.WriteError
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
@@ -68,7 +68,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		check:           check,
 		modeOverride:    modeOverride,
 		records:         newPodRecords(),
-		writeNamespaces: nswrite.Write,
+		writeNamespaces: podns.Write,
 		synchronized:    make(chan struct{}),
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
 	}

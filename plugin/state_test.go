@@ -11,14 +11,14 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
-// recordingWriter stands in for nswrite.Write: it records each call and
+// recordingWriter stands in for podns.Write: it records each call and
 // fails the keys in fail.
 type recordingWriter struct {
 	mu    sync.Mutex
@@ -26,14 +26,14 @@ type recordingWriter struct {
 	fail  map[string]bool
 }
 
-func (w *recordingWriter) write(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+func (w *recordingWriter) write(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.calls = append(w.calls, formatApplied(list))
-	var errs []nswrite.WriteError
+	var errs []podns.WriteError
 	for _, s := range list {
 		if w.fail[s.Key()] {
-			errs = append(errs, nswrite.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
+			errs = append(errs, podns.WriteError{Key: s.Key(), Err: errors.New("invalid argument")})
 		}
 	}
 	return errs

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -76,7 +76,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	}
 	ns.useFetcher(&fakeFetcher{own: map[string]string{}})
 	var written []string
-	ns.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	ns.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		written = append(written, formatApplied(list))
 		return nil
 	}

@@ -181,7 +181,7 @@ func (p *Policy) Decide(in Input) Decision {
 			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Code: code, Reason: reason})
 			continue
 		}
-		if key == pingGroupRange && in.Pod.Own.Has(sysctl.User) {
+		if key == sysctl.PingGroupRange && in.Pod.Own.Has(sysctl.User) {
 			clamped, ok, reason := clampPingGroupRange(value, in.GIDMappings)
 			if !ok {
 				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Code: SkipUserNamespace, Reason: reason})
