@@ -1,9 +1,7 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,13 +12,11 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Exit codes of audit: 1 is kept for "some container lacks the defaults",
@@ -61,7 +57,11 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	found, err := listRunning(ctx, *address, *namespace, cfg != nil, stderr)
+	listed, err := cri.ListRunning(ctx, *address)
+	var found []auditContainer
+	if err == nil {
+		found, err = auditContainers(ctx, listed, cfg != nil, *address, *namespace, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", *address, err)
 		return auditFailed
@@ -171,8 +171,8 @@ func sameValue(a, b string) bool {
 
 // auditPod is one ready pod sandbox.
 type auditPod struct {
-	id, namespace, name string
-	decision            policy.Input
+	namespace, name string
+	decision        policy.Input
 	// pid is a process in the pod's namespaces: the sandbox's, or else
 	// one of its running containers'.
 	pid uint32
@@ -189,113 +189,37 @@ type auditLine struct {
 	verdict verdict
 }
 
-// listRunning lists the running containers of ready pods through CRI. With
-// lookups, each pod's own sysctls are read from containerd as the plugin
-// reads them.
-func listRunning(ctx context.Context, address, namespace string, lookups bool, stderr io.Writer) ([]auditContainer, error) {
-	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	sandboxes, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("CRI ListPodSandbox: %w", err)
-	}
-	ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("CRI ListContainers: %w", err)
-	}
+// auditContainers gives each listed container its pod as the decision sees
+// it. With lookups, each pod's own sysctls are read from containerd as the
+// plugin reads them.
+func auditContainers(ctx context.Context, found []cri.Container, lookups bool, address, namespace string, stderr io.Writer) ([]auditContainer, error) {
 	var lookup *podsysctl.Containerd
 	if lookups {
+		var err error
 		if lookup, err = podsysctl.NewContainerd(address, namespace); err != nil {
 			return nil, err
 		}
 		defer lookup.Close()
 	}
-	pods := map[string]*auditPod{}
-	for _, sb := range sandboxes.GetItems() {
-		status, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.GetId(), Verbose: true})
-		if err != nil {
-			return nil, fmt.Errorf("CRI PodSandboxStatus %s: %w", sb.GetId(), err)
-		}
-		pod := &auditPod{id: sb.GetId(), namespace: sb.GetMetadata().GetNamespace(), name: sb.GetMetadata().GetName(), pid: verbosePid(status.GetInfo())}
-		pod.decision.Pod = policy.Pod{
-			Namespace:      pod.namespace,
-			Name:           pod.name,
-			Labels:         sb.GetLabels(),
-			RuntimeHandler: sb.GetRuntimeHandler(),
-			Own:            ownNamespaces(status.GetStatus().GetLinux().GetNamespaces().GetOptions()),
-		}
-		if lookup != nil {
-			own, err := lookup.Fetch(ctx, pod.id)
-			if err != nil {
-				fmt.Fprintf(stderr, "warning: pod %s/%s: cannot read its own sysctls (%v); judging it as if it set none\n", pod.namespace, pod.name, err)
-			}
-			pod.decision.PodOwn, pod.decision.GIDMappings = own.Own, own.GIDMappings
-		}
-		pods[pod.id] = pod
-	}
-	var out []auditContainer
-	for _, c := range ctrs.GetContainers() {
-		pod := pods[c.GetPodSandboxId()]
+	pods := map[*cri.Pod]*auditPod{}
+	out := make([]auditContainer, 0, len(found))
+	for _, c := range found {
+		pod := pods[c.Pod]
 		if pod == nil {
-			continue // its pod is not ready: stopping
+			pod = &auditPod{namespace: c.Pod.Namespace, name: c.Pod.Name, pid: c.Pod.Pid}
+			pod.decision.Pod = policy.Pod{Namespace: c.Pod.Namespace, Name: c.Pod.Name, Labels: c.Pod.Labels, RuntimeHandler: c.Pod.RuntimeHandler, Own: c.Pod.Own}
+			if lookup != nil {
+				own, err := lookup.Fetch(ctx, c.Pod.ID)
+				if err != nil {
+					fmt.Fprintf(stderr, "warning: pod %s/%s: cannot read its own sysctls (%v); judging it as if it set none\n", pod.namespace, pod.name, err)
+				}
+				pod.decision.PodOwn, pod.decision.GIDMappings = own.Own, own.GIDMappings
+			}
+			pods[c.Pod] = pod
 		}
-		status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId(), Verbose: true})
-		if err != nil {
-			return nil, fmt.Errorf("CRI ContainerStatus %s: %w", c.GetId(), err)
-		}
-		var info struct {
-			Pid         uint32 `json:"pid"`
-			RuntimeSpec struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"runtimeSpec"`
-		}
-		if err := json.Unmarshal([]byte(status.GetInfo()["info"]), &info); err != nil {
-			return nil, fmt.Errorf("container %s: reading CRI's verbose info: %w", c.GetId(), err)
-		}
-		if pod.pid == 0 {
-			pod.pid = info.Pid
-		}
-		out = append(out, auditContainer{pod: pod, id: c.GetId(), name: c.GetMetadata().GetName(), annotations: info.RuntimeSpec.Annotations})
+		out = append(out, auditContainer{pod: pod, id: c.ID, name: c.Name, annotations: c.Annotations})
 	}
-	slices.SortFunc(out, func(a, b auditContainer) int {
-		return cmp.Or(cmp.Compare(a.pod.namespace, b.pod.namespace), cmp.Compare(a.pod.name, b.pod.name), cmp.Compare(a.name, b.name), cmp.Compare(a.id, b.id))
-	})
 	return out, nil
-}
-
-// verbosePid is the sandbox's pid from CRI's verbose info (containerd).
-func verbosePid(info map[string]string) uint32 {
-	var v struct {
-		Pid uint32 `json:"pid"`
-	}
-	_ = json.Unmarshal([]byte(info["info"]), &v)
-	return v.Pid
-}
-
-// ownNamespaces is the pod's namespaces as containerd makes them: a
-// hostNetwork pod shares the host's UTS namespace too.
-func ownNamespaces(o *runtimeapi.NamespaceOption) policy.NamespaceSet {
-	var own []sysctl.Namespace
-	if o.GetNetwork() != runtimeapi.NamespaceMode_NODE {
-		own = append(own, sysctl.Net, sysctl.UTS)
-	}
-	if o.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		own = append(own, sysctl.IPC)
-	}
-	// POD is the zero value: a pod without user namespace options has
-	// none of its own.
-	if o.GetUsernsOptions() != nil && o.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD {
-		own = append(own, sysctl.User)
-	}
-	return policy.Owning(own...)
 }
 
 // liveValues reads, once per pod, the values of the keys the decision
