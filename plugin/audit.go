@@ -27,43 +27,48 @@ const (
 	auditFailed  = 2
 )
 
-// runAudit asks containerd (through CRI, on its socket) for the running
-// containers and tells, for each, whether it has the node's defaults.
-func runAudit(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("nri-sysctl audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	address := fs.String("containerd-address", "/run/containerd/containerd.sock", "containerd's socket (it serves CRI too)")
-	namespace := fs.String("containerd-namespace", "k8s.io", "containerd namespace of the CRI pods, where pods' own sysctls are looked up as the plugin does")
+// auditFlags declares audit's flags; it asks containerd (through CRI, on
+// its socket) for the running containers and tells, for each, whether it
+// has the node's defaults.
+func auditFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
+	address := fs.String("containerd-address", defaultContainerdAddress, "containerd's socket (it serves CRI too)")
+	namespace := fs.String("containerd-namespace", defaultContainerdNamespace, "containerd namespace of the CRI pods, where pods' own sysctls are looked up as the plugin does")
 	cfgPath := fs.String("config", "", "the plugin's config: without it a container with no nri-sysctl annotation counts as lacking even in an excluded pod")
 	read := fs.Bool("read", false, "also read the live values in each pod's namespaces (needs --config and root)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		if err == nil {
-			fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) > 0 {
+			fmt.Fprintf(stderr, "unexpected argument %q\n", args[0])
+			return auditFailed
 		}
-		return auditFailed
+		return runAudit(*address, *namespace, *cfgPath, *read, *timeout, stdout, stderr)
 	}
-	if *read && *cfgPath == "" {
+}
+
+// runAudit tells, for each running container, whether it has the node's
+// defaults.
+func runAudit(address, namespace, cfgPath string, read bool, timeout time.Duration, stdout, stderr io.Writer) int {
+	if read && cfgPath == "" {
 		fmt.Fprintln(stderr, "--read needs --config: the values to expect come from the config")
 		return auditFailed
 	}
 	var cfg *config.Config
-	if *cfgPath != "" {
+	if cfgPath != "" {
 		var err error
-		if cfg, err = config.Load(*cfgPath, nil); err != nil {
+		if cfg, err = config.Load(cfgPath, nil); err != nil {
 			fmt.Fprintln(stderr, err)
 			return auditFailed
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	listed, err := cri.ListRunning(ctx, *address)
+	listed, err := cri.ListRunning(ctx, address)
 	var found []auditContainer
 	if err == nil {
-		found, err = auditContainers(ctx, listed, cfg != nil, *address, *namespace, stderr)
+		found, err = auditContainers(ctx, listed, cfg != nil, address, namespace, stderr)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", *address, err)
+		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", address, err)
 		return auditFailed
 	}
 	var pol *policy.Policy
@@ -76,7 +81,7 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 	lines := make([]auditLine, 0, len(found))
 	for _, c := range found {
 		in := auditInput{annotations: c.annotations, policy: pol, decision: c.pod.decision}
-		if *read {
+		if read {
 			in.live = c.pod.liveValues(pol)
 		}
 		lines = append(lines, auditLine{c: c, verdict: judge(in)})

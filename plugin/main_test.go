@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,6 +192,37 @@ func TestValidateRefusesAllButASmallRegularFile(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("validate %s did not return within 5 s", tt.path)
+		}
+	}
+}
+
+// -h and --help print the command's usage and exit 0, for the plugin and
+// every subcommand alike.
+func TestHelpExitsZero(t *testing.T) {
+	for _, c := range commands {
+		for _, h := range []string{"-h", "--help"} {
+			args := []string{h}
+			if c.name != "" {
+				args = []string{c.name, h}
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "Usage") {
+				t.Errorf("%v: exit %d, want 0 and the usage; stderr %q", args, code, stderr.String())
+			}
+		}
+	}
+}
+
+// The usage is made from the commands' own flags, so none is left out.
+func TestUsageListsEveryFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run([]string{"--help"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	usage := stderr.String()
+	for _, want := range []string{"nri-sysctl import-crio PATH", "explain flags:\n", "  --mode value", "audit flags:\n", "  --timeout duration", "  --config string", "  --metrics-address string"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("usage lacks %q:\n%s", want, usage)
 		}
 	}
 }
