@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
@@ -336,19 +335,6 @@ func TestRunPodSandboxSpecModeWritesNothing(t *testing.T) {
 	}
 }
 
-func TestLoadInitialConfig(t *testing.T) {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	p := newPlugin(log, nil, "")
-	missing := t.TempDir() + "/none.yaml"
-	if err := p.loadInitialConfig(missing, true); err != nil {
-		t.Fatalf("pre-installed plugin without a file waits for Configure: %v", err)
-	}
-	if err := p.loadInitialConfig(missing, false); err == nil || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("a plugin run by hand needs its file: %v", err)
-	}
-}
-
 func TestSynchronizeCountsContainersWithoutDefaults(t *testing.T) {
 	var buf strings.Builder
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
@@ -372,32 +358,86 @@ func TestSynchronizeCountsContainersWithoutDefaults(t *testing.T) {
 	}
 }
 
-func TestReloadKeepsOldConfigOnError(t *testing.T) {
-	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
-	p.reload(path)
-	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
-		t.Fatalf("after good reload: %v", got)
-	}
-	bad := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 100\n  vm.swappiness: 1\n")
-	p.reload(bad)
-	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
-		t.Fatalf("a bad reload must keep the old config whole: %v", got)
+// Review finding 2: containers the plugin handled correctly (no rule
+// matched; lookup failed) carry an outcome, so a restarted plugin does not
+// report them as created while it was away.
+func TestSynchronizeDoesNotCountHandledContainers(t *testing.T) {
+	rulesOnly := "rules:\n  - name: web\n    match: {namespaces: [web]}\n    sysctls: {net.core.somaxconn: 4096}\n"
+	for _, tc := range []struct {
+		name string
+		cfg  string
+		f    *fakeFetcher
+	}{
+		{"rules-only config, no rule matched", rulesOnly, &fakeFetcher{}},
+		{"lookup failed", testConfig, &fakeFetcher{err: errors.New("connection refused")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			p := newTestPlugin(t, tc.cfg, tc.f)
+			p.log.SetOutput(&buf)
+			pod := testPod("s1", "network", "ipc")
+			adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctr := &api.Container{Id: "c1", Name: "app", PodSandboxId: "s1", State: api.ContainerState_CONTAINER_RUNNING, Annotations: adj.GetAnnotations()}
+			if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, []*api.Container{ctr}); err != nil {
+				t.Fatal(err)
+			}
+			if n := lackingLogged(buf.String()); n != 0 {
+				t.Errorf("%d container(s) reported lacking the defaults, want 0; log: %s", n, buf.String())
+			}
+		})
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	b := newBackoff(500*time.Millisecond, 2*time.Second)
-	var got []time.Duration
-	for i := 0; i < 5; i++ {
-		got = append(got, b.next())
+// Review finding 9: READY=1 waits for the runtime's Synchronize.
+func TestSynchronizedOnlyAfterSynchronize(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	select {
+	case <-p.synchronized:
+		t.Fatal("synchronized before Synchronize")
+	default:
 	}
-	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("backoff = %v, want %v", got, want)
+	if _, err := p.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
 	}
-	b.reset()
-	if d := b.next(); d != 500*time.Millisecond {
-		t.Fatalf("after reset: %v", d)
+	select {
+	case <-p.synchronized:
+	default:
+		t.Fatal("not synchronized after Synchronize")
+	}
+}
+
+// Pods removed while the plugin was not connected never get a
+// RemovePodSandbox; Synchronize on the next connection forgets them.
+func TestSynchronizeForgetsPodsRemovedWhileAway(t *testing.T) {
+	f := &fakeFetcher{}
+	p := newConcPlugin(t, "2.4.2", f, io.Discard)
+	ctx := context.Background()
+	gone, kept := testPod("gone", "network"), testPod("kept", "network")
+	for _, pod := range []*api.PodSandbox{gone, kept} {
+		if _, _, err := p.CreateContainer(ctx, pod, &api.Container{Name: "app"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.records.len() != 2 {
+		t.Fatalf("cache has %d pods, want 2", p.records.len())
+	}
+	if _, err := p.Synchronize(ctx, []*api.PodSandbox{kept}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p.records.len() != 1 {
+		t.Fatalf("after Synchronize without pod gone: %d pods cached, want 1", p.records.len())
+	}
+	if p.hasRecord("gone") || !p.hasRecord("kept") {
+		t.Fatalf("records: gone %v (want false), kept %v (want true)", p.hasRecord("gone"), p.hasRecord("kept"))
+	}
+	// The kept pod is not looked up again.
+	if _, _, err := p.CreateContainer(ctx, kept, &api.Container{Name: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.calls.Load(); n != 2 {
+		t.Fatalf("%d lookups, want 2 (one per pod)", n)
 	}
 }

@@ -88,12 +88,6 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	}
 }
 
-func TestWriterFor(t *testing.T) {
-	if writerFor("spec") != sysctl.WriterInPod || writerFor("namespace") != sysctl.WriterHost {
-		t.Fatal("spec mode is runc in the pod, namespace mode host root")
-	}
-}
-
 // A failed probe must not drop what is known: user-namespace pods would
 // then get keys the kernel refuses them.
 func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
