@@ -80,14 +80,14 @@ func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodS
 // decideInNamespaceMode heals a pod whose namespaces still lack their
 // sysctls, then tells what the pod really holds, for the container's
 // annotations.
-func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox) decided {
+func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox) containerResult {
 	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
 	if !ok {
-		return decided{outcome: outcomeLookupFailed}
+		return containerResult{outcome: outcomeLookupFailed}
 	}
 	if rec.needsWrite() {
 		if err := p.writeIntoPod(ctx, rec, pod, d, own, "CreateContainer"); err != nil {
-			return decided{outcome: outcomeWriteFailed, err: err}
+			return containerResult{outcome: outcomeWriteFailed, err: err}
 		}
 	}
 	written, errs, state := rec.namespaceOutcome()
@@ -99,7 +99,7 @@ func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	if state == writeFailed {
 		outcome = outcomeWriteFailed
 	}
-	return decided{outcome: outcome, applied: written, skipped: skipped}
+	return containerResult{outcome: outcome, applied: written, skipped: skipped}
 }
 
 func joinWriteErrors(errs []podns.WriteError) error {
@@ -108,4 +108,22 @@ func joinWriteErrors(errs []podns.WriteError) error {
 		list[i] = e
 	}
 	return errors.Join(list...)
+}
+
+// namespaceTarget finds the pod's namespaces: by their path (the network
+// one has it), or else through the sandbox's pid.
+func namespaceTarget(pod *api.PodSandbox) podns.Target {
+	t := podns.Target{}
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
+		if !ok {
+			continue
+		}
+		ref := podns.NamespaceRef{Path: ns.GetPath()}
+		if ref.Path == "" {
+			ref.Pid = int(pod.GetPid())
+		}
+		t[kind] = ref
+	}
+	return t
 }

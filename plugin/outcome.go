@@ -67,9 +67,9 @@ func appliedOrNothing(applied []sysctl.Sysctl) outcome {
 	return outcomeNothingToApply
 }
 
-// decided is what CreateContainer found for one container: finish turns it
+// containerResult is what CreateContainer found for one container: finish turns it
 // into the annotations, the counts and the log line, so the three agree.
-type decided struct {
+type containerResult struct {
 	outcome outcome
 	// excludedBy names the exclusion criterion (outcomeExcluded).
 	excludedBy string
@@ -84,7 +84,7 @@ type decided struct {
 }
 
 // finish annotates the container with its outcome, counts it and logs it.
-func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d decided) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResult) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	m := p.meter.Load()
 	if d.err != nil {
 		m.containerOutcome(d.outcome)

@@ -95,12 +95,12 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
 	}
-	var d decided
+	var d containerResult
 	switch why := rec.cfg.policy.Excluded(podInfo(pod)); {
 	case why != "":
 		// Only the outcome: a restarted plugin, or audit, can then tell
 		// an excluded container from one created while it was away.
-		d = decided{outcome: outcomeExcluded, excludedBy: why}
+		d = containerResult{outcome: outcomeExcluded, excludedBy: why}
 	case rec.mode == runtimemode.Namespace:
 		d = p.decideInNamespaceMode(ctx, rec, pod)
 	default:

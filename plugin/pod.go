@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -55,12 +54,12 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 
 // decideInSpecMode decides for a container whose sysctls go on its spec:
 // the keys already there (runtime or a lower-index plugin) stay.
-func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, ctr *api.Container) decided {
+func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, ctr *api.Container) containerResult {
 	d, _, ok := p.decideForPod(ctx, rec, pod, ctr.GetLinux().GetSysctl())
 	if !ok {
-		return decided{outcome: outcomeLookupFailed}
+		return containerResult{outcome: outcomeLookupFailed}
 	}
-	return decided{outcome: appliedOrNothing(d.Apply), applied: d.Apply, onSpec: true, skipped: d.Skipped}
+	return containerResult{outcome: appliedOrNothing(d.Apply), applied: d.Apply, onSpec: true, skipped: d.Skipped}
 }
 
 // normalizedKeys puts keys another plugin set in slash form into dot form,
@@ -97,22 +96,4 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 		}
 	}
 	return info
-}
-
-// namespaceTarget finds the pod's namespaces: by their path (the network
-// one has it), or else through the sandbox's pid.
-func namespaceTarget(pod *api.PodSandbox) podns.Target {
-	t := podns.Target{}
-	for _, ns := range pod.GetLinux().GetNamespaces() {
-		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
-		if !ok {
-			continue
-		}
-		ref := podns.NamespaceRef{Path: ns.GetPath()}
-		if ref.Path == "" {
-			ref.Pid = int(pod.GetPid())
-		}
-		t[kind] = ref
-	}
-	return t
 }
