@@ -1,29 +1,22 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Exit codes of audit: 1 is kept for "some container lacks the defaults",
@@ -34,39 +27,48 @@ const (
 	auditFailed  = 2
 )
 
-// runAudit asks containerd (through CRI, on its socket) for the running
-// containers and tells, for each, whether it has the node's defaults.
-func runAudit(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("nri-sysctl audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	address := fs.String("containerd-address", "/run/containerd/containerd.sock", "containerd's socket (it serves CRI too)")
-	namespace := fs.String("containerd-namespace", "k8s.io", "containerd namespace of the CRI pods, where pods' own sysctls are looked up as the plugin does")
+// auditFlags declares audit's flags; it asks containerd (through CRI, on
+// its socket) for the running containers and tells, for each, whether it
+// has the node's defaults.
+func auditFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
+	address := fs.String("containerd-address", defaultContainerdAddress, "containerd's socket (it serves CRI too)")
+	namespace := fs.String("containerd-namespace", defaultContainerdNamespace, "containerd namespace of the CRI pods, where pods' own sysctls are looked up as the plugin does")
 	cfgPath := fs.String("config", "", "the plugin's config: without it a container with no nri-sysctl annotation counts as lacking even in an excluded pod")
 	read := fs.Bool("read", false, "also read the live values in each pod's namespaces (needs --config and root)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		if err == nil {
-			fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) > 0 {
+			fmt.Fprintf(stderr, "unexpected argument %q\n", args[0])
+			return auditFailed
 		}
-		return auditFailed
+		return runAudit(*address, *namespace, *cfgPath, *read, *timeout, stdout, stderr)
 	}
-	if *read && *cfgPath == "" {
+}
+
+// runAudit tells, for each running container, whether it has the node's
+// defaults.
+func runAudit(address, namespace, cfgPath string, read bool, timeout time.Duration, stdout, stderr io.Writer) int {
+	if read && cfgPath == "" {
 		fmt.Fprintln(stderr, "--read needs --config: the values to expect come from the config")
 		return auditFailed
 	}
 	var cfg *config.Config
-	if *cfgPath != "" {
+	if cfgPath != "" {
 		var err error
-		if cfg, err = config.Load(*cfgPath, nil); err != nil {
+		if cfg, err = config.Load(cfgPath, nil); err != nil {
 			fmt.Fprintln(stderr, err)
 			return auditFailed
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	found, err := listRunning(ctx, *address, *namespace, cfg != nil, stderr)
+	listed, err := cri.ListRunning(ctx, address)
+	var found []auditContainer
+	if err == nil {
+		found, err = auditContainers(ctx, listed, cfg != nil, address, namespace, stderr)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", *address, err)
+		fmt.Fprintf(stderr, "audit: containerd at %s: %v\n", address, err)
 		return auditFailed
 	}
 	var pol *policy.Policy
@@ -79,7 +81,7 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 	lines := make([]auditLine, 0, len(found))
 	for _, c := range found {
 		in := auditInput{annotations: c.annotations, policy: pol, decision: c.pod.decision}
-		if *read {
+		if read {
 			in.live = c.pod.liveValues(pol)
 		}
 		lines = append(lines, auditLine{c: c, verdict: judge(in)})
@@ -97,12 +99,7 @@ type auditInput struct {
 	decision policy.Input
 	// live holds --read's values in the pod's namespaces, or why a key
 	// could not be read; nil without --read.
-	live map[string]liveValue
-}
-
-type liveValue struct {
-	value string
-	err   error
+	live map[string]podns.Value
 }
 
 type verdict struct {
@@ -130,19 +127,17 @@ func judge(in auditInput) verdict {
 		var wrong []string
 		for _, s := range d.Apply {
 			want := s.Value()
-			if s.Key() == "net.ipv4.ping_group_range" && in.decision.Pod.Own.Has(sysctl.User) {
-				// Read from the host's user namespace: host GIDs.
-				if host, err := policy.HostPingGroupRange(want, in.decision.GIDMappings); err == nil {
-					want = host
-				}
+			// Read from the host's user namespace: host GIDs.
+			if host, err := policy.HostSide(s, in.decision.Pod.Own, in.decision.GIDMappings); err == nil {
+				want = host.Value()
 			}
 			got := in.live[s.Key()]
 			switch {
-			case got.err != nil:
-				wrong = append(wrong, s.Key()+": cannot read: "+got.err.Error())
-			case sameValue(got.value, want):
+			case got.Err != nil:
+				wrong = append(wrong, s.Key()+": cannot read: "+got.Err.Error())
+			case sameValue(got.Value, want):
 			default:
-				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.value, want))
+				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.Value, want))
 			}
 		}
 		if len(wrong) > 0 {
@@ -150,17 +145,15 @@ func judge(in auditInput) verdict {
 		}
 		return verdict{true, fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
 	}
-	outcome, annotated := in.annotations[annotationOutcome]
-	switch outcome {
-	case outcomeApplied, outcomeNothingToApply, outcomeExcluded:
-		return verdict{true, "outcome " + outcome}
-	case outcomeLookupFailed:
-		return verdict{false, "outcome lookup_failed: the plugin could not read the pod's own sysctls and set nothing"}
-	case outcomeWriteFailed:
-		return verdict{false, "outcome write_failed: some sysctls could not be written into the pod's namespaces"}
-	}
-	if annotated {
-		return verdict{false, fmt.Sprintf("unknown outcome %q", outcome)}
+	if name, annotated := in.annotations[annotationOutcome]; annotated {
+		o, known := parseOutcome(name)
+		switch {
+		case !known:
+			return verdict{false, fmt.Sprintf("unknown outcome %q", name)}
+		case outcomes[o].lacking != "":
+			return verdict{false, "outcome " + name + ": " + outcomes[o].lacking}
+		}
+		return verdict{true, "outcome " + name}
 	}
 	_, injected := in.annotations[annotationInjected]
 	_, skipped := in.annotations[annotationSkipped]
@@ -183,8 +176,8 @@ func sameValue(a, b string) bool {
 
 // auditPod is one ready pod sandbox.
 type auditPod struct {
-	id, namespace, name string
-	decision            policy.Input
+	namespace, name string
+	decision        policy.Input
 	// pid is a process in the pod's namespaces: the sandbox's, or else
 	// one of its running containers'.
 	pid uint32
@@ -201,181 +194,55 @@ type auditLine struct {
 	verdict verdict
 }
 
-// listRunning lists the running containers of ready pods through CRI. With
-// lookups, each pod's own sysctls are read from containerd as the plugin
-// reads them.
-func listRunning(ctx context.Context, address, namespace string, lookups bool, stderr io.Writer) ([]auditContainer, error) {
-	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	sandboxes, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("CRI ListPodSandbox: %w", err)
-	}
-	ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("CRI ListContainers: %w", err)
-	}
+// auditContainers gives each listed container its pod as the decision sees
+// it. With lookups, each pod's own sysctls are read from containerd as the
+// plugin reads them.
+func auditContainers(ctx context.Context, found []cri.Container, lookups bool, address, namespace string, stderr io.Writer) ([]auditContainer, error) {
 	var lookup *podsysctl.Containerd
 	if lookups {
+		var err error
 		if lookup, err = podsysctl.NewContainerd(address, namespace); err != nil {
 			return nil, err
 		}
 		defer lookup.Close()
 	}
-	pods := map[string]*auditPod{}
-	for _, sb := range sandboxes.GetItems() {
-		status, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.GetId(), Verbose: true})
-		if err != nil {
-			return nil, fmt.Errorf("CRI PodSandboxStatus %s: %w", sb.GetId(), err)
-		}
-		pod := &auditPod{id: sb.GetId(), namespace: sb.GetMetadata().GetNamespace(), name: sb.GetMetadata().GetName(), pid: verbosePid(status.GetInfo())}
-		pod.decision.Pod = policy.Pod{
-			Namespace:      pod.namespace,
-			Name:           pod.name,
-			Labels:         sb.GetLabels(),
-			RuntimeHandler: sb.GetRuntimeHandler(),
-			Own:            ownNamespaces(status.GetStatus().GetLinux().GetNamespaces().GetOptions()),
-		}
-		if lookup != nil {
-			own, err := lookup.Fetch(ctx, pod.id)
-			if err != nil {
-				fmt.Fprintf(stderr, "warning: pod %s/%s: cannot read its own sysctls (%v); judging it as if it set none\n", pod.namespace, pod.name, err)
-			}
-			pod.decision.PodOwn, pod.decision.GIDMappings = own.Own, own.GIDMappings
-		}
-		pods[pod.id] = pod
-	}
-	var out []auditContainer
-	for _, c := range ctrs.GetContainers() {
-		pod := pods[c.GetPodSandboxId()]
+	pods := map[*cri.Pod]*auditPod{}
+	out := make([]auditContainer, 0, len(found))
+	for _, c := range found {
+		pod := pods[c.Pod]
 		if pod == nil {
-			continue // its pod is not ready: stopping
+			pod = &auditPod{namespace: c.Pod.Namespace, name: c.Pod.Name, pid: c.Pod.Pid}
+			pod.decision.Pod = policy.Pod{Namespace: c.Pod.Namespace, Name: c.Pod.Name, Labels: c.Pod.Labels, RuntimeHandler: c.Pod.RuntimeHandler, Own: c.Pod.Own}
+			if lookup != nil {
+				own, err := lookup.Fetch(ctx, c.Pod.ID)
+				if err != nil {
+					fmt.Fprintf(stderr, "warning: pod %s/%s: cannot read its own sysctls (%v); judging it as if it set none\n", pod.namespace, pod.name, err)
+				}
+				pod.decision.PodOwn, pod.decision.GIDMappings = own.Own, own.GIDMappings
+			}
+			pods[c.Pod] = pod
 		}
-		status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId(), Verbose: true})
-		if err != nil {
-			return nil, fmt.Errorf("CRI ContainerStatus %s: %w", c.GetId(), err)
-		}
-		var info struct {
-			Pid         uint32 `json:"pid"`
-			RuntimeSpec struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"runtimeSpec"`
-		}
-		if err := json.Unmarshal([]byte(status.GetInfo()["info"]), &info); err != nil {
-			return nil, fmt.Errorf("container %s: reading CRI's verbose info: %w", c.GetId(), err)
-		}
-		if pod.pid == 0 {
-			pod.pid = info.Pid
-		}
-		out = append(out, auditContainer{pod: pod, id: c.GetId(), name: c.GetMetadata().GetName(), annotations: info.RuntimeSpec.Annotations})
+		out = append(out, auditContainer{pod: pod, id: c.ID, name: c.Name, annotations: c.Annotations})
 	}
-	slices.SortFunc(out, func(a, b auditContainer) int {
-		return cmp.Or(cmp.Compare(a.pod.namespace, b.pod.namespace), cmp.Compare(a.pod.name, b.pod.name), cmp.Compare(a.name, b.name), cmp.Compare(a.id, b.id))
-	})
 	return out, nil
-}
-
-// verbosePid is the sandbox's pid from CRI's verbose info (containerd).
-func verbosePid(info map[string]string) uint32 {
-	var v struct {
-		Pid uint32 `json:"pid"`
-	}
-	_ = json.Unmarshal([]byte(info["info"]), &v)
-	return v.Pid
-}
-
-// ownNamespaces is the pod's namespaces as containerd makes them: a
-// hostNetwork pod shares the host's UTS namespace too.
-func ownNamespaces(o *runtimeapi.NamespaceOption) policy.NamespaceSet {
-	var own []sysctl.Namespace
-	if o.GetNetwork() != runtimeapi.NamespaceMode_NODE {
-		own = append(own, sysctl.Net, sysctl.UTS)
-	}
-	if o.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		own = append(own, sysctl.IPC)
-	}
-	// POD is the zero value: a pod without user namespace options has
-	// none of its own.
-	if o.GetUsernsOptions() != nil && o.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD {
-		own = append(own, sysctl.User)
-	}
-	return policy.Owning(own...)
 }
 
 // liveValues reads, once per pod, the values of the keys the decision
 // gives it, inside the pod's namespaces.
-func (p *auditPod) liveValues(pol *policy.Policy) map[string]liveValue {
+func (p *auditPod) liveValues(pol *policy.Policy) map[string]podns.Value {
 	d := pol.Decide(p.decision)
 	keys := make([]string, len(d.Apply))
 	for i, s := range d.Apply {
 		keys[i] = s.Key()
 	}
-	return readInNamespacesOf(p.pid, keys)
-}
-
-// readInNamespacesOf reads keys in the namespaces of process pid from a
-// throw-away OS thread (nsthread) that enters them with setns: read-only,
-// and no other goroutine ever runs there.
-func readInNamespacesOf(pid uint32, keys []string) map[string]liveValue {
-	out := make(map[string]liveValue, len(keys))
-	if pid == 0 {
+	if p.pid == 0 {
+		out := make(map[string]podns.Value, len(keys))
 		for _, k := range keys {
-			out[k] = liveValue{err: errors.New("no process of the pod found")}
+			out[k] = podns.Value{Err: errors.New("no process of the pod found")}
 		}
 		return out
 	}
-	nsthread.Run(func() {
-		entered := map[sysctl.Namespace]error{}
-		for _, k := range keys {
-			ns := sysctl.NamespaceOf(k)
-			err, done := entered[ns]
-			if !done {
-				err = enterNamespaceOf(pid, ns)
-				entered[ns] = err
-			}
-			if err != nil {
-				out[k] = liveValue{err: err}
-				continue
-			}
-			data, err := os.ReadFile(sysctl.Path(k))
-			out[k] = liveValue{value: strings.TrimSpace(string(data)), err: err}
-		}
-	})
-	return out
-}
-
-func enterNamespaceOf(pid uint32, ns sysctl.Namespace) error {
-	var name string
-	var flag int
-	switch ns {
-	case sysctl.Net:
-		name, flag = "net", unix.CLONE_NEWNET
-	case sysctl.IPC:
-		name, flag = "ipc", unix.CLONE_NEWIPC
-	case sysctl.UTS:
-		name, flag = "uts", unix.CLONE_NEWUTS
-	default:
-		// A multi-threaded process cannot enter a user namespace.
-		return fmt.Errorf("cannot read %s sysctls from another namespace", ns)
-	}
-	path := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/ns/" + name
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Setns(fd, flag); err != nil {
-		return fmt.Errorf("entering %s: %w", path, err)
-	}
-	return nil
+	return podns.Read(podns.PidTarget(int(p.pid), p.decision.Pod.Own.Has), keys)
 }
 
 // printAudit prints one line per container, then the lacking ones again

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 func TestAuditJudge(t *testing.T) {
@@ -30,14 +30,14 @@ func TestAuditJudge(t *testing.T) {
 		}
 		return m
 	}
-	defaults := map[string]liveValue{
-		"net.ipv4.tcp_keepalive_time": {value: "600"}, "net.ipv4.tcp_keepalive_intvl": {value: "60"}, "kernel.msgmax": {value: "16384"},
+	defaults := map[string]podns.Value{
+		"net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_keepalive_intvl": {Value: "60"}, "kernel.msgmax": {Value: "16384"},
 	}
-	kernel := map[string]liveValue{
-		"net.ipv4.tcp_keepalive_time": {value: "7200"}, "net.ipv4.tcp_keepalive_intvl": {value: "75"}, "kernel.msgmax": {value: "8192"},
+	kernel := map[string]podns.Value{
+		"net.ipv4.tcp_keepalive_time": {Value: "7200"}, "net.ipv4.tcp_keepalive_intvl": {Value: "75"}, "kernel.msgmax": {Value: "8192"},
 	}
-	ownIntvl := map[string]liveValue{
-		"net.ipv4.tcp_keepalive_time": {value: "600"}, "net.ipv4.tcp_keepalive_intvl": {value: "33"}, "kernel.msgmax": {value: "16384"},
+	ownIntvl := map[string]podns.Value{
+		"net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_keepalive_intvl": {Value: "33"}, "kernel.msgmax": {Value: "16384"},
 	}
 	tests := []struct {
 		name    string
@@ -46,11 +46,11 @@ func TestAuditJudge(t *testing.T) {
 		wantWhy string
 	}{
 		// From the annotations.
-		{"applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied), decision: plain}, true, "outcome applied"},
-		{"nothing to apply", auditInput{annotations: ann(annotationOutcome, outcomeNothingToApply), decision: plain}, true, "outcome nothing_to_apply"},
-		{"excluded", auditInput{annotations: ann(annotationOutcome, outcomeExcluded), decision: plain}, true, "outcome excluded"},
-		{"lookup failed", auditInput{annotations: ann(annotationOutcome, outcomeLookupFailed), policy: pol, decision: plain}, false, "outcome lookup_failed"},
-		{"write failed", auditInput{annotations: ann(annotationOutcome, outcomeWriteFailed), policy: pol, decision: plain}, false, "outcome write_failed"},
+		{"applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied.String()), decision: plain}, true, "outcome applied"},
+		{"nothing to apply", auditInput{annotations: ann(annotationOutcome, outcomeNothingToApply.String()), decision: plain}, true, "outcome nothing_to_apply"},
+		{"excluded", auditInput{annotations: ann(annotationOutcome, outcomeExcluded.String()), decision: plain}, true, "outcome excluded"},
+		{"lookup failed", auditInput{annotations: ann(annotationOutcome, outcomeLookupFailed.String()), policy: pol, decision: plain}, false, "outcome lookup_failed"},
+		{"write failed", auditInput{annotations: ann(annotationOutcome, outcomeWriteFailed.String()), policy: pol, decision: plain}, false, "outcome write_failed"},
 		{"unknown outcome", auditInput{annotations: ann(annotationOutcome, "maybe"), decision: plain}, false, `unknown outcome "maybe"`},
 		{"older plugin: injected only", auditInput{annotations: ann(annotationInjected, "kernel.msgmax=16384"), decision: plain}, true, "without outcomes"},
 		{"no annotation, no config", auditInput{annotations: ann("io.kubernetes.cri.container-type", "container"), decision: plain}, false, "no nri-sysctl annotation"},
@@ -61,13 +61,13 @@ func TestAuditJudge(t *testing.T) {
 		{"no annotation, empty config", auditInput{policy: empty, decision: plain}, true, "nothing to apply"},
 		// Live values decide over annotations.
 		{"live: defaults, though not annotated (healed)", auditInput{policy: pol, decision: plain, live: defaults}, true, "live values match (3 key(s))"},
-		{"live: kernel values, though annotated applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied), policy: pol, decision: plain, live: kernel},
+		{"live: kernel values, though annotated applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied.String()), policy: pol, decision: plain, live: kernel},
 			false, "live values: kernel.msgmax=8192, want 16384; net.ipv4.tcp_keepalive_intvl=75, want 60; net.ipv4.tcp_keepalive_time=7200, want 600"},
 		{"live: the pod's own value is not expected", auditInput{policy: pol, decision: setsOne, live: ownIntvl}, true, "live values match (2 key(s))"},
-		{"live: a key that cannot be read", auditInput{policy: pol, decision: plain, live: map[string]liveValue{
-			"net.ipv4.tcp_keepalive_time": {value: "600"}, "net.ipv4.tcp_keepalive_intvl": {value: "60"}, "kernel.msgmax": {err: errors.New("permission denied")},
+		{"live: a key that cannot be read", auditInput{policy: pol, decision: plain, live: map[string]podns.Value{
+			"net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_keepalive_intvl": {Value: "60"}, "kernel.msgmax": {Err: errors.New("permission denied")},
 		}}, false, "kernel.msgmax: cannot read: permission denied"},
-		{"live: excluded pod is not read", auditInput{policy: pol, decision: excluded, live: map[string]liveValue{}}, true, "excluded by namespace kube-system"},
+		{"live: excluded pod is not read", auditInput{policy: pol, decision: excluded, live: map[string]podns.Value{}}, true, "excluded by namespace kube-system"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,16 +84,16 @@ func TestAuditJudge(t *testing.T) {
 func TestAuditJudgeLiveValueForms(t *testing.T) {
 	pol := policy.Compile(mustParse(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"))
 	pod := policy.Input{Pod: policy.Pod{Namespace: "default", Own: policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)}}
-	if v := judge(auditInput{policy: pol, decision: pod, live: map[string]liveValue{"net.ipv4.ping_group_range": {value: "0\t2147483647"}}}); !v.ok {
+	if v := judge(auditInput{policy: pol, decision: pod, live: map[string]podns.Value{"net.ipv4.ping_group_range": {Value: "0\t2147483647"}}}); !v.ok {
 		t.Errorf("tab-separated value: %+v", v)
 	}
 	userns := pod
 	userns.Pod.Own = userns.Pod.Own.With(sysctl.User)
 	userns.GIDMappings = []policy.IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
-	if v := judge(auditInput{policy: pol, decision: userns, live: map[string]liveValue{"net.ipv4.ping_group_range": {value: "100000\t165535"}}}); !v.ok {
+	if v := judge(auditInput{policy: pol, decision: userns, live: map[string]podns.Value{"net.ipv4.ping_group_range": {Value: "100000\t165535"}}}); !v.ok {
 		t.Errorf("user-namespace pod, host GIDs: %+v", v)
 	}
-	if v := judge(auditInput{policy: pol, decision: userns, live: map[string]liveValue{"net.ipv4.ping_group_range": {value: "0\t65535"}}}); v.ok {
+	if v := judge(auditInput{policy: pol, decision: userns, live: map[string]podns.Value{"net.ipv4.ping_group_range": {Value: "0\t65535"}}}); v.ok {
 		t.Errorf("user-namespace pod, container GIDs read from the host: %+v, want lacking", v)
 	}
 }
@@ -126,24 +126,5 @@ func TestAuditFlags(t *testing.T) {
 	missing := t.TempDir() + "/none.sock"
 	if code := run([]string{"audit", "--containerd-address", missing, "--timeout", "5s"}, &stdout, &stderr); code != auditFailed || !strings.Contains(stderr.String(), missing) {
 		t.Errorf("no containerd: exit %d, %s", code, stderr.String())
-	}
-}
-
-func TestAuditOwnNamespaces(t *testing.T) {
-	tests := []struct {
-		name string
-		opts *runtimeapi.NamespaceOption
-		want policy.NamespaceSet
-	}{
-		{"ordinary pod", &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}, policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)},
-		{"hostNetwork: the host's UTS too", &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}, policy.Owning(sysctl.IPC)},
-		{"hostIPC", &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}, policy.Owning(sysctl.Net, sysctl.UTS)},
-		{"hostUsers: false", &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}, policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS, sysctl.User)},
-		{"user namespace options saying NODE", &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}}, policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)},
-	}
-	for _, tc := range tests {
-		if got := ownNamespaces(tc.opts); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
 	}
 }

@@ -146,13 +146,13 @@ func BenchmarkPodLifecycleSpecMode(b *testing.B) {
 func BenchmarkMetricsDecided(b *testing.B) {
 	p := newBenchPlugin(b, "2.4.2")
 	m := p.newMetrics()
-	rec := p.record(benchPodSandbox("p0"), "CreateContainer")
+	rec := p.record(benchPodSandbox("p0"))
 	d, _, ok := p.decideForPod(context.Background(), rec, benchPodSandbox("p0"), nil)
 	if !ok || len(d.Apply) != 15 || len(d.Skipped) != 1 {
 		b.Fatalf("decision %+v: want 15 applied, 1 skipped", d)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		m.decided("p0", outcomeApplied, d.Apply, d.Skipped, 0)
+		m.decided("p0", outcomeApplied, d.Apply, d.Skipped)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -260,7 +260,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 			q := newConcPlugin(t, runtimeVersion, f, io.Discard)
 			q.setConfig(mustParse(t, cfg))
 			var wrote []string
-			q.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			q.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				wrote = append(wrote, canonicalWrite(list))
 				return nil
 			}
@@ -305,8 +305,8 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 	}
 	var writesMu sync.Mutex
 	writesByPod := map[string][]string{}
-	podByIPC := map[nswrite.NamespaceRef]string{}
-	p.writeNamespaces = func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	podByIPC := map[podns.NamespaceRef]string{}
+	p.writeNamespaces = func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		// Every slot has its own IPC namespace, reached through the
 		// sandbox pid, which concPod makes unique per lifetime.
 		writesMu.Lock()
@@ -595,86 +595,4 @@ func mustParse(t *testing.T, text string) *config.Config {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-// A reload between two containers of one pod does not split the pod: both
-// get the config in force when the pod came; the next pod gets the new one.
-// In namespace mode the annotation matches what RunPodSandbox wrote.
-func TestReloadAppliesToNewPodsOnly(t *testing.T) {
-	for _, version := range []string{"2.4.2", "2.1.9+unknown"} {
-		t.Run(version, func(t *testing.T) {
-			p := newConcPlugin(t, version, &fakeFetcher{}, io.Discard)
-			var wrote []string
-			p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
-				wrote = append(wrote, canonicalWrite(list))
-				return nil
-			}
-			ctx := context.Background()
-			pod := testPod("old", "network", "ipc")
-			if err := p.RunPodSandbox(ctx, pod); err != nil {
-				t.Fatal(err)
-			}
-			first, _, _ := p.CreateContainer(ctx, pod, &api.Container{Name: "first"})
-			p.reload(writeFile(t, concCfgB))
-			second, _, _ := p.CreateContainer(ctx, pod, &api.Container{Name: "second"})
-			if canonicalAdj(first) != canonicalAdj(second) {
-				t.Fatalf("containers of one pod differ across a reload:\n%s\n---\n%s", canonicalAdj(first), canonicalAdj(second))
-			}
-			wantA := "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"
-			if got := annotation(second, annotationInjected); got != wantA {
-				t.Fatalf("second container of the old pod: %q, want config A's %q", got, wantA)
-			}
-			newPod := testPod("new", "network", "ipc")
-			if err := p.RunPodSandbox(ctx, newPod); err != nil {
-				t.Fatal(err)
-			}
-			third, _, _ := p.CreateContainer(ctx, newPod, &api.Container{Name: "third"})
-			wantB := "net.core.somaxconn=4096,net.ipv4.tcp_keepalive_time=300"
-			if got := annotation(third, annotationInjected); got != wantB {
-				t.Fatalf("pod created after the reload: %q, want config B's %q", got, wantB)
-			}
-			if p.mode() == "namespace" {
-				want := []string{
-					canonical(map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"}, nil),
-					canonical(map[string]string{"net.core.somaxconn": "4096", "net.ipv4.tcp_keepalive_time": "300"}, nil),
-				}
-				if !reflect.DeepEqual(wrote, want) {
-					t.Fatalf("namespace writes %q, want %q", wrote, want)
-				}
-			}
-		})
-	}
-}
-
-// Pods removed while the plugin was not connected never get a
-// RemovePodSandbox; Synchronize on the next connection forgets them.
-func TestSynchronizeForgetsPodsRemovedWhileAway(t *testing.T) {
-	f := &fakeFetcher{}
-	p := newConcPlugin(t, "2.4.2", f, io.Discard)
-	ctx := context.Background()
-	gone, kept := testPod("gone", "network"), testPod("kept", "network")
-	for _, pod := range []*api.PodSandbox{gone, kept} {
-		if _, _, err := p.CreateContainer(ctx, pod, &api.Container{Name: "app"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if p.records.len() != 2 {
-		t.Fatalf("cache has %d pods, want 2", p.records.len())
-	}
-	if _, err := p.Synchronize(ctx, []*api.PodSandbox{kept}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if p.records.len() != 1 {
-		t.Fatalf("after Synchronize without pod gone: %d pods cached, want 1", p.records.len())
-	}
-	if p.hasRecord("gone") || !p.hasRecord("kept") {
-		t.Fatalf("records: gone %v (want false), kept %v (want true)", p.hasRecord("gone"), p.hasRecord("kept"))
-	}
-	// The kept pod is not looked up again.
-	if _, _, err := p.CreateContainer(ctx, kept, &api.Container{Name: "second"}); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.calls.Load(); n != 2 {
-		t.Fatalf("%d lookups, want 2 (one per pod)", n)
-	}
 }

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -62,7 +58,7 @@ func (l *lookups) connect(cfg *config.Config) (podsysctl.Fetcher, error) {
 	if l.parentPID == 0 || explicit {
 		return l.conn(t, true)
 	}
-	candidates := parentSockets(l.parentPID)
+	candidates := podsysctl.ListeningSockets(l.parentPID)
 	l.log.WithFields(logrus.Fields{"containerd_pid": l.parentPID, "candidates": strings.Join(candidates, ",")}).Info("looking for the containerd that launched the plugin among its listening sockets")
 	d := &discoveredLookup{lookups: l, namespace: t.namespace}
 	for _, addr := range candidates {
@@ -151,55 +147,4 @@ func (d *discoveredLookup) Fetch(ctx context.Context, podID string) (podsysctl.P
 		}
 	}
 	return podsysctl.PodSysctls{}, fmt.Errorf("no containerd socket of the parent process knows pod %s: %w", podID, errors.Join(errs...))
-}
-
-// parentSockets lists the unix sockets the process pid listens on, from
-// its open fds and /proc/net/unix; names like containerd's gRPC socket
-// come first, and its NRI and ttrpc sockets last.
-func parentSockets(pid int) []string {
-	inodes := map[string]bool{}
-	fdDir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
-	entries, _ := os.ReadDir(fdDir)
-	for _, e := range entries {
-		link, err := os.Readlink(filepath.Join(fdDir, e.Name()))
-		if err == nil && strings.HasPrefix(link, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
-		}
-	}
-	f, err := os.Open("/proc/net/unix")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var paths []string
-	sc := bufio.NewScanner(f)
-	sc.Scan() // header
-	for sc.Scan() {
-		// Num RefCount Protocol Flags Type St Inode Path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 8 || !inodes[fields[6]] || !strings.HasPrefix(fields[7], "/") {
-			continue
-		}
-		const acceptConn = 0x10000 // __SO_ACCEPTCON: a listening socket
-		if flags, err := strconv.ParseUint(fields[3], 16, 32); err != nil || flags&acceptConn == 0 {
-			continue
-		}
-		if !slices.Contains(paths, fields[7]) {
-			paths = append(paths, fields[7])
-		}
-	}
-	slices.SortStableFunc(paths, func(a, b string) int { return socketRank(a) - socketRank(b) })
-	return paths
-}
-
-func socketRank(path string) int {
-	switch base := filepath.Base(path); {
-	case strings.HasSuffix(base, "containerd.sock"):
-		return 0
-	case strings.Contains(base, "nri"):
-		return 2
-	case strings.HasSuffix(base, ".ttrpc"):
-		return 3
-	}
-	return 1
 }

@@ -2,11 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
-	"os"
-	"path/filepath"
-	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -37,39 +32,5 @@ func TestResolveContainerd(t *testing.T) {
 		if got, explicit := resolveContainerd(tc.o, tc.cfg); got != tc.want || explicit != tc.explicit {
 			t.Errorf("%s: got %+v explicit=%v, want %+v explicit=%v", tc.name, got, explicit, tc.want, tc.explicit)
 		}
-	}
-}
-
-// parentSockets finds the sockets a process listens on, gRPC-looking ones
-// first, and leaves out sockets it only connected.
-func TestParentSockets(t *testing.T) {
-	dir := t.TempDir()
-	var listeners []net.Listener
-	for _, name := range []string{"nri.sock", "other.sock", "containerd.sock.ttrpc", "containerd.sock"} {
-		l, err := net.Listen("unix", filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		listeners = append(listeners, l)
-	}
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	client, err := net.Dial("unix", filepath.Join(dir, "other.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	var got []string
-	for _, p := range parentSockets(os.Getpid()) {
-		if strings.HasPrefix(p, dir) {
-			got = append(got, filepath.Base(p))
-		}
-	}
-	want := []string{"containerd.sock", "other.sock", "nri.sock", "containerd.sock.ttrpc"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("listening sockets %v, want %v", got, want)
 	}
 }

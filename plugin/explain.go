@@ -20,11 +20,10 @@ import (
 // that does not exist, so it assumes this one.
 var kubeletGIDMapping = []policy.IDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
 
-// runExplain prints what a pod with the given attributes would get, key by
-// key, from the same compiled policy and decision the plugin uses.
-func runExplain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("nri-sysctl explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// explainFlags declares explain's flags; it prints what a pod with the
+// given attributes would get, key by key, from the same compiled policy
+// and decision the plugin uses.
+func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	path := fs.String("config", config.DefaultPath, "config file")
 	namespace := fs.String("namespace", "", "the pod's namespace (required)")
 	name := fs.String("name", "", "the pod's name")
@@ -46,45 +45,44 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		return err
 	})
-	if err := fs.Parse(args); err != nil {
-		return 2
+	return func(args []string, stdout, stderr io.Writer) int {
+		if *namespace == "" || len(args) > 0 {
+			fmt.Fprintln(stderr, "explain needs --namespace and takes no arguments")
+			fs.Usage()
+			return 2
+		}
+		cfg, err := config.Load(*path, kernelChecker(*skip))
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if !*skip && !*hostUsers {
+			probeUserNamespaceRefusals(cfg, stderr)
+		}
+		in := policy.Input{
+			Pod: policy.Pod{
+				Namespace:      *namespace,
+				Name:           *name,
+				Labels:         labels,
+				RuntimeHandler: *handler,
+				Own: ownedUnless(map[sysctl.Namespace]bool{
+					sysctl.Net:  *hostNetwork,
+					sysctl.IPC:  *hostIPC,
+					sysctl.UTS:  *hostNetwork || *hostUTS,
+					sysctl.User: *hostUsers,
+				}),
+			},
+			PodOwn: normalizedKeys(own),
+			Writer: writerFor(mode),
+		}
+		if in.Pod.Own.Has(sysctl.User) {
+			in.GIDMappings = kubeletGIDMapping
+		}
+		for _, line := range explain(cfg, in) {
+			fmt.Fprintln(stdout, line)
+		}
+		return 0
 	}
-	if *namespace == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "explain needs --namespace and takes no arguments")
-		fs.Usage()
-		return 2
-	}
-	cfg, err := config.Load(*path, kernelChecker(*skip))
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	if !*skip && !*hostUsers {
-		probeUserNamespaceRefusals(cfg, stderr)
-	}
-	in := policy.Input{
-		Pod: policy.Pod{
-			Namespace:      *namespace,
-			Name:           *name,
-			Labels:         labels,
-			RuntimeHandler: *handler,
-			Own: ownedUnless(map[sysctl.Namespace]bool{
-				sysctl.Net:  *hostNetwork,
-				sysctl.IPC:  *hostIPC,
-				sysctl.UTS:  *hostNetwork || *hostUTS,
-				sysctl.User: *hostUsers,
-			}),
-		},
-		PodOwn: normalizedKeys(own),
-		Writer: writerFor(mode),
-	}
-	if in.Pod.Own.Has(sysctl.User) {
-		in.GIDMappings = kubeletGIDMapping
-	}
-	for _, line := range explain(cfg, in) {
-		fmt.Fprintln(stdout, line)
-	}
-	return 0
 }
 
 // probeUserNamespaceRefusals finds, as the plugin does at start-up, the

@@ -1,37 +1,30 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/crioimport"
 )
 
+// importCRIOFlags: import-crio takes its file as its one argument.
+func importCRIOFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 1 {
+			fs.Usage()
+			return 2
+		}
+		return runImportCRIO(args[0], stdout, stderr)
+	}
+}
+
 // runImportCRIO prints an nri-sysctl config holding a CRI-O config's
 // default_sysctls. It exits 1 when entries were left out (they are in the
 // output as comments, and on stderr), or when there was nothing to import.
-func runImportCRIO(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("nri-sysctl import-crio", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: nri-sysctl import-crio PATH\n\nPrints an nri-sysctl config with the [crio.runtime] default_sysctls of a CRI-O\nconfig (crio.conf or a crio.conf.d drop-in). Entries nri-sysctl would refuse\nare printed as comments with the reason, and the exit code is then 1.")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	path := fs.Arg(0)
-	data, err := readCRIOConfig(path)
+func runImportCRIO(path string, stdout, stderr io.Writer) int {
+	data, err := config.ReadFile(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", path, err)
 		return 1
@@ -49,27 +42,4 @@ func runImportCRIO(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// readCRIOConfig reads a regular file of at most config.MaxFileSize: a
-// wrong path (a device, a log) should fail, not hang or fill memory.
-func readCRIOConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if info, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (mode %s)", info.Mode())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > config.MaxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes; a CRI-O config is a few kilobytes", config.MaxFileSize)
-	}
-	return data, nil
 }

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestImportCRIO(t *testing.T) {
@@ -62,5 +64,36 @@ func TestImportCRIO(t *testing.T) {
 	}
 	if code, _, errOut := importCRIO(); code != 2 || !strings.Contains(errOut, "Usage: nri-sysctl import-crio PATH") {
 		t.Errorf("no PATH: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A FIFO given as PATH fails at once: a blocking open would wait for a
+// writer that never comes.
+func TestImportCRIORefusesFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "crio.conf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		code   int
+		stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"import-crio", fifo}, &stdout, &stderr)
+		done <- result{code, stderr.String()}
+	}()
+	select {
+	case r := <-done:
+		if r.code != 1 || !strings.Contains(r.stderr, "not a regular file") {
+			t.Fatalf("import-crio FIFO: exit %d, stderr %q; want 1 and a not-a-regular-file error", r.code, r.stderr)
+		}
+	case <-time.After(time.Second):
+		// Unblock the open so the goroutine ends with the test.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("import-crio on a FIFO still running after 1s")
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
@@ -68,21 +67,6 @@ func TestPluginRefusesUnexpandedInheritance(t *testing.T) {
 	}
 	if got := p.current.Load().cfg.InheritFromHost; len(got) != 0 {
 		t.Errorf("config with unexpanded inheritFromHost put in force: %+v", got)
-	}
-}
-
-// A reload re-reads the host's values; the expanded keys reach the policy.
-func TestReloadInheritsHostValues(t *testing.T) {
-	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	p.check = func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
-		return nil, nil, nil
-	}
-	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) { return nil, nil })
-	p.reload(writeFile(t, "inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"))
-	cfg := p.current.Load().cfg
-	want := []config.Entry{{Key: "net.ipv4.tcp_keepalive_time", Value: hostValue(t, "net/ipv4/tcp_keepalive_time"), Line: 1, Source: config.SourceHost, Pattern: "net.ipv4.tcp_keepalive_time"}}
-	if !reflect.DeepEqual(cfg.Sysctls, want) {
-		t.Errorf("after the reload: %+v, want %+v", cfg.Sysctls, want)
 	}
 }
 

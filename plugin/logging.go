@@ -9,7 +9,6 @@ import (
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/journal"
-	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/sirupsen/logrus"
 	lsyslog "github.com/sirupsen/logrus/hooks/syslog"
 )
@@ -99,16 +98,4 @@ func journalPriority(l logrus.Level) journal.Priority {
 		return journal.PriInfo
 	}
 	return journal.PriDebug
-}
-
-// logSkippedKeys logs, at debug level, one line per key a container did not
-// get, with the key and the reason as fields, so that a log query on
-// key=... finds them (the decision line holds them all in one field).
-func logSkippedKeys(log *logrus.Entry, skipped []policy.Skipped) {
-	if len(skipped) == 0 || !log.Logger.IsLevelEnabled(logrus.DebugLevel) {
-		return
-	}
-	for _, s := range skipped {
-		log.WithFields(logrus.Fields{"key": s.Key, "value": s.Value, "reason": s.Reason}).Debug("sysctl skipped")
-	}
 }

@@ -3,66 +3,59 @@
 package main
 
 import (
-	"context"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
+	"strings"
+	"text/tabwriter"
 
-	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
-	"github.com/coreos/go-systemd/v22/daemon"
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
-	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
-	"github.com/sirupsen/logrus"
 )
 
 // version is set by the Makefile.
 var version = "dev"
 
-const usage = `nri-sysctl: give every pod the node's default namespaced sysctls (containerd NRI plugin)
+// The containerd the plugin and audit talk to unless told otherwise.
+const (
+	defaultContainerdAddress   = "/run/containerd/containerd.sock"
+	defaultContainerdNamespace = "k8s.io"
+)
 
-Usage:
-  nri-sysctl [flags]                                  run the plugin
-  nri-sysctl validate --config PATH [--skip-kernel-check]
-                                                      check a config; exit 0 if valid, 1 with every problem
-  nri-sysctl import-crio PATH                         print a config with the default_sysctls of a CRI-O
-                                                      config; exit 1 if some were left out (as comments)
-  nri-sysctl explain --config PATH --namespace NS [--name NAME] [--label K=V]... [--runtime-handler H]
-                     [--host-network] [--host-ipc] [--host-uts] [--host-users=false] [--pod-sysctl K=V]...
-                     [--skip-kernel-check]
-                                                      what a pod with these attributes gets, key by key, and why
-  nri-sysctl audit [--containerd-address ADDR] [--containerd-namespace NS] [--config PATH] [--read]
-                                                      which running containers lack the node's defaults; exit 1 if any
-  nri-sysctl version                                  print the version
+// command is one way to run the binary. The usage text is made from the
+// table below, so it lists every command and flag there is.
+type command struct {
+	name string // "" runs the plugin
+	// args names the positional arguments in the usage line.
+	args string
+	// synopsis says what it does; details, if any, is printed under its
+	// own usage.
+	synopsis, details string
+	// flags declares the command's flags and returns what runs it once
+	// they are parsed, with the positional arguments.
+	flags func(fs *flag.FlagSet) (run func(args []string, stdout, stderr io.Writer) int)
+}
 
-Run flags:
-`
-
-type options struct {
-	configPath          string
-	nriSocket           string
-	pluginName          string
-	pluginIdx           string
-	containerdAddress   string
-	containerdNamespace string
-	metricsAddress      string
-	// Set when the flag was given: it then wins over the config.
-	containerdAddressSet   bool
-	containerdNamespaceSet bool
-	logLevel               string
-	logFormat              string
-	logFile                string
-	mode                   runtimemode.Mode
-	skipKernelCheck        bool
-	allowInsecureConfig    bool
-	watchConfig            time.Duration
-	removeTaint            bool
+// commands in the order the usage lists them.
+var commands = []command{
+	{name: "", synopsis: "run the plugin", flags: pluginFlags},
+	{name: "validate", synopsis: "check a config; exit 0 if valid, 1 with every problem", flags: validateFlags},
+	{
+		name: "import-crio", args: "PATH",
+		synopsis: "print a config with the default_sysctls of a CRI-O config; exit 1 if some were left out (as comments)",
+		details:  "Prints an nri-sysctl config with the [crio.runtime] default_sysctls of a CRI-O\nconfig (crio.conf or a crio.conf.d drop-in). Entries nri-sysctl would refuse\nare printed as comments with the reason, and the exit code is then 1.",
+		flags:    importCRIOFlags,
+	},
+	{name: "explain", synopsis: "what a pod with these attributes gets, key by key, and why", flags: explainFlags},
+	{name: "audit", synopsis: "which running containers lack the node's defaults; exit 1 if any", flags: auditFlags},
+	{name: "version", synopsis: "print the version", flags: func(*flag.FlagSet) func([]string, io.Writer, io.Writer) int {
+		return func(_ []string, stdout, _ io.Writer) int {
+			fmt.Fprintf(stdout, "nri-sysctl %s\n", version)
+			return 0
+		}
+	}},
 }
 
 func main() {
@@ -73,277 +66,102 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run finds the command args name (none: run the plugin), parses its
+// flags and runs it. -h and --help print its usage and exit 0; a bad flag
+// exits 2.
 func run(args []string, stdout, stderr io.Writer) int {
+	cmd := commands[0]
 	if len(args) > 0 {
-		switch args[0] {
-		case "version":
-			fmt.Fprintf(stdout, "nri-sysctl %s\n", version)
-			return 0
-		case "validate":
-			return runValidate(args[1:], stdout, stderr)
-		case "import-crio":
-			return runImportCRIO(args[1:], stdout, stderr)
-		case "explain":
-			return runExplain(args[1:], stdout, stderr)
-		case "audit":
-			return runAudit(args[1:], stdout, stderr)
+		for _, c := range commands[1:] {
+			if c.name == args[0] {
+				cmd, args = c, args[1:]
+				break
+			}
 		}
 	}
-	opts, err := parseRunFlags(args, stderr)
-	if err != nil {
+	fs := flag.NewFlagSet(strings.TrimSpace("nri-sysctl "+cmd.name), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runCmd := cmd.flags(fs)
+	fs.Usage = func() { printCommandUsage(stderr, cmd, fs) }
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	return runPlugin(opts, stderr)
+	return runCmd(fs.Args(), stdout, stderr)
 }
 
-func parseRunFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("nri-sysctl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
+// usageLine is how a command is called.
+func usageLine(c command) string {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	c.flags(fs)
+	flags := ""
+	if hasFlags(fs) {
+		flags = "[flags]"
 	}
-	fs.StringVar(&o.configPath, "config", config.DefaultPath, "config file")
-	fs.StringVar(&o.nriSocket, "nri-socket", api.DefaultSocketPath, "NRI socket to connect to")
-	fs.StringVar(&o.pluginName, "plugin-name", "sysctl", "plugin name to register with")
-	fs.StringVar(&o.pluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
-	fs.StringVar(&o.containerdAddress, "containerd-address", "/run/containerd/containerd.sock", "containerd gRPC socket, to look up pods' own sysctls")
-	fs.StringVar(&o.containerdNamespace, "containerd-namespace", "k8s.io", "containerd namespace of the CRI pods")
-	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics and /healthz on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.logFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")
-	fs.Func("mode", "override the config's mode: auto, spec or namespace", func(s string) (err error) {
-		o.mode, err = runtimemode.Parse(s)
-		return err
+	return strings.Join(strings.Fields("nri-sysctl "+c.name+" "+flags+" "+c.args), " ")
+}
+
+// printCommandUsage is the help of one command: for the plugin itself,
+// the whole usage; for a subcommand, its own.
+func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
+	if c.name == "" {
+		printUsage(w)
+		return
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usageLine(c), cmp.Or(c.details, c.synopsis))
+	if hasFlags(fs) {
+		fmt.Fprintln(w, "\nFlags:")
+		printFlags(w, fs)
+	}
+}
+
+// printUsage lists every command, then each one's flags.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "nri-sysctl: give every pod the node's default namespaced sysctls (containerd NRI plugin)\n\nUsage:\n")
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", usageLine(c), c.synopsis)
+	}
+	tw.Flush()
+	for _, c := range commands {
+		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.flags(fs)
+		if !hasFlags(fs) {
+			continue
+		}
+		title := "Run flags"
+		if c.name != "" {
+			title = c.name + " flags"
+		}
+		fmt.Fprintf(w, "\n%s:\n", title)
+		printFlags(w, fs)
+	}
+}
+
+// printFlags is flag's PrintDefaults with flags spelled --name, as the
+// README and the other commands' messages spell them.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		switch def := f.DefValue; {
+		case def == "" || def == "false" || def == "0" || def == "0s" || kind == "value":
+		case kind == "string":
+			usage += fmt.Sprintf(" (default %q)", def)
+		default:
+			usage += " (default " + def + ")"
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
 	})
-	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
-	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
-	fs.DurationVar(&o.watchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
-	fs.BoolVar(&o.removeTaint, "remove-taint", false, "remove the taint "+notReadyTaintKey+":"+notReadyTaintEffect+" from this node (env NODE_NAME) once registered and synchronized, through the API server as the pod's service account")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if o.watchConfig < 0 {
-		fmt.Fprintf(stderr, "bad --watch-config %s: want a positive duration, or 0 for off\n", o.watchConfig)
-		return o, fmt.Errorf("bad --watch-config")
-	}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "containerd-address":
-			o.containerdAddressSet = true
-		case "containerd-namespace":
-			o.containerdNamespaceSet = true
-		}
-	})
-	if err := checkMetricsAddress(o.metricsAddress); err != nil {
-		fmt.Fprintln(stderr, err)
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return o, fmt.Errorf("unexpected argument")
-	}
-	return o, nil
 }
 
-func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("nri-sysctl validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", config.DefaultPath, "config file to check")
-	skip := fs.Bool("skip-kernel-check", false, "leave out the probe of this kernel (for image builds on another kernel)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	cfg, err := config.Load(*path, kernelChecker(*skip))
-	if err == nil && !*skip && len(cfg.AllKeys()) > 0 {
-		// What the plugin checks at start, for user-namespace pods.
-		var problems config.Problems
-		if _, uerr := checkUserNamespace(cfg); errors.As(uerr, &problems) {
-			err = problems
-		} else if uerr != nil {
-			fmt.Fprintf(stderr, "warning: cannot tell which values user-namespace pods may be given: %v\n", uerr)
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s))\n", *path, len(cfg.Sysctls), len(cfg.Rules))
-	for _, e := range cfg.KeptInAnotherForm() {
-		fmt.Fprintf(stdout, "%s:%d: %s: the kernel keeps %q as %q; pods get %s\n", *path, e.Line, e.Key, e.Written, e.Value, e.Value)
-	}
-	printInheritance(stdout, cfg)
-	return 0
-}
-
-func kernelChecker(skip bool) config.KernelChecker {
-	if skip {
-		return nil
-	}
-	return probe.Kernel
-}
-
-func runPlugin(o options, stderr io.Writer) int {
-	// Caught before anything slow: an early SIGHUP must not kill the process.
-	hup, stopHUP := notifyOnSIGHUP()
-	defer stopHUP()
-
-	log := logrus.New()
-	level, err := logrus.ParseLevel(o.logLevel)
-	if err != nil {
-		fmt.Fprintf(stderr, "bad --log-level %q: %v\n", o.logLevel, err)
-		return 2
-	}
-	log.SetLevel(level)
-	preinstalled := os.Getenv(api.PluginSocketEnvVar) != ""
-	where, closeLog, err := setupLogging(log, stderr, o.logFormat, o.logFile, preinstalled)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	defer closeLog()
-	log.WithFields(logrus.Fields{"version": version, "log": where, "preinstalled": preinstalled}).Info("nri-sysctl starting")
-
-	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
-	p.allowInsecureConfig = o.allowInsecureConfig
-	p.metricsListener.flag = o.metricsAddress
-	defer p.metricsListener.close()
-	parentPID := 0
-	if preinstalled {
-		parentPID = os.Getppid()
-	}
-	conns := newLookups(log, o, parentPID)
-	defer conns.Close()
-	p.connect = conns.connect
-	if err := p.loadInitialConfig(o.configPath, preinstalled); err != nil {
-		log.WithError(err).Error("refusing to start")
-		return 1
-	}
-	if p.current.Load().cfg.Source == "" {
-		// No file (pre-installed, waiting for Configure): still look
-		// pods up, through the default or discovered containerd.
-		if err := p.applyConfig(p.current.Load().cfg); err != nil {
-			log.WithError(err).Error("refusing to start")
-			return 1
-		}
-	}
-
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer cancel()
-	reloads := hup
-	if o.watchConfig > 0 {
-		reloads = p.watchConfigFile(ctx, o.configPath, o.watchConfig, hup)
-	}
-	go p.watchReloads(ctx, o.configPath, reloads)
-	if o.removeTaint {
-		if err := startTaintRemoval(ctx, log, p.synchronized); err != nil {
-			log.WithError(err).Error("refusing to start")
-			return 1
-		}
-	}
-	go func() {
-		select {
-		case <-p.synchronized:
-			notifyReady(log)
-		case <-ctx.Done():
-		}
-	}()
-
-	var stubOpts []stub.Option
-	if !preinstalled {
-		// A pre-installed plugin gets its name, index and socket from
-		// the NRI environment that containerd sets.
-		stubOpts = append(stubOpts,
-			stub.WithPluginName(o.pluginName),
-			stub.WithPluginIdx(o.pluginIdx),
-			stub.WithSocketPath(o.nriSocket))
-	}
-	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
-	for {
-		registered, err := serveOnce(ctx, p, stubOpts)
-		if ctx.Err() != nil {
-			return 0
-		}
-		if preinstalled {
-			// containerd relaunches its pre-installed plugins when it
-			// restarts; the inherited socket cannot be redialled.
-			log.WithError(err).Error("NRI connection ended")
-			return 1
-		}
-		if registered {
-			backoff.reset()
-		}
-		wait := backoff.next()
-		log.WithError(err).WithField("retry_in", wait.String()).Warn("NRI connection ended; reconnecting")
-		select {
-		case <-ctx.Done():
-			return 0
-		case <-time.After(wait):
-		}
-	}
-}
-
-// serveOnce registers with NRI and serves until the connection ends.
-func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered bool, err error) {
-	s, err := stub.New(p, opts...)
-	if err != nil {
-		return false, fmt.Errorf("creating NRI stub: %w", err)
-	}
-	p.stub = s
-	// Configure marked the plugin registered (metrics.go); read the meter
-	// when the connection ends: Configure may have just started metrics.
-	defer func() { p.meter.Load().connected(false) }()
-	if err := s.Start(ctx); err != nil {
-		return false, fmt.Errorf("registering with NRI: %w", err)
-	}
-	p.log.WithField("mode", p.mode()).Info("registered with NRI")
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-ctx.Done():
-			s.Stop()
-		case <-stopped:
-		}
-	}()
-	s.Wait()
-	return true, errors.New("connection to the runtime closed")
-}
-
-// notifyReady tells systemd (Type=notify) that the plugin is registered and
-// synchronized: the runtime sends it pod events from then on, so units
-// ordered after it start only once pods will get their defaults.
-func notifyReady(log *logrus.Logger) {
-	sent, err := daemon.SdNotify(false, daemon.SdNotifyReady)
-	switch {
-	case err != nil:
-		log.WithError(err).Warn("sd_notify READY=1 failed")
-	case sent:
-		log.Debug("sent READY=1 to systemd")
-	}
-}
-
-// backoff doubles the wait after each failed attempt, up to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func newBackoff(first, limit time.Duration) *backoff { return &backoff{min: first, max: limit} }
-
-func (b *backoff) reset() { b.cur = 0 }
-
-func (b *backoff) next() time.Duration {
-	switch {
-	case b.cur == 0:
-		b.cur = b.min
-	case b.cur < b.max:
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
 }

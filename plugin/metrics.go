@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +30,9 @@ import (
 type metrics struct {
 	registry *prometheus.Registry
 
-	containers     [len(containerOutcomes)]prometheus.Counter // by outcomeIndex
+	containers     [numOutcomes]prometheus.Counter // by outcome
 	sysctlsApplied prometheus.Counter
-	sysctlsSkipped [len(skipReasonLabels)]prometheus.Counter
+	sysctlsSkipped [policy.NumSkipCodes]prometheus.Counter // by skip code
 
 	lookups        prometheus.Counter
 	lookupFailures prometheus.Counter
@@ -53,72 +52,6 @@ type metrics struct {
 	lacking      lackingContainers
 }
 
-// Label values of nri_sysctl_sysctls_skipped_total{reason}.
-const (
-	skipHostNamespace = iota
-	skipPodOwn
-	skipExisting
-	skipUserNamespace
-	skipWriteFailed
-	skipOther
-)
-
-// skipReasonLabels names each skip reason without its detail; the index
-// is the constant above.
-var skipReasonLabels = [...]string{
-	skipHostNamespace: "host_namespace",
-	skipPodOwn:        "pod_own",
-	skipExisting:      "existing",
-	skipUserNamespace: "user_namespace",
-	skipWriteFailed:   "write_failed",
-	skipOther:         "other",
-}
-
-// skipReasonPrefixes maps the decision's reasons, which may carry a detail
-// after them ("pod shares the host's namespace (network)"), to a label.
-var skipReasonPrefixes = []struct {
-	prefix string
-	label  int
-}{
-	{policy.ReasonHostNamespace, skipHostNamespace},
-	{policy.ReasonPodOwn, skipPodOwn},
-	{policy.ReasonExisting, skipExisting},
-	{policy.ReasonUserNamespace, skipUserNamespace},
-}
-
-// skipReasonLabel is the label index for one skipped key. The reasons not
-// in the table come from clamping ping_group_range to the GIDs of a pod's
-// user namespace; anything else is "other".
-func skipReasonLabel(s policy.Skipped) int {
-	for _, r := range skipReasonPrefixes {
-		if strings.HasPrefix(s.Reason, r.prefix) {
-			return r.label
-		}
-	}
-	if s.Key == "net.ipv4.ping_group_range" {
-		return skipUserNamespace
-	}
-	return skipOther
-}
-
-// containerOutcomes lists the values of nri_sysctl_containers_total{outcome}.
-var containerOutcomes = [...]string{outcomeApplied, outcomeNothingToApply, outcomeExcluded, outcomeLookupFailed, outcomeWriteFailed}
-
-// outcomeIndex finds an outcome's counter without hashing its name.
-func outcomeIndex(outcome string) int {
-	switch outcome {
-	case outcomeApplied:
-		return 0
-	case outcomeNothingToApply:
-		return 1
-	case outcomeExcluded:
-		return 2
-	case outcomeLookupFailed:
-		return 3
-	}
-	return 4 // outcomeWriteFailed
-}
-
 // configInForce reports the config text's digest and the mode in force,
 // read at each scrape.
 type configInForce func() (sha256Hex string, mode string)
@@ -130,8 +63,8 @@ func newMetrics(info configInForce) *metrics {
 		Name: "nri_sysctl_containers_total",
 		Help: "Containers the plugin decided for, by outcome (the nri-sysctl.io/outcome annotation).",
 	}, []string{"outcome"})
-	for _, o := range containerOutcomes {
-		m.containers[outcomeIndex(o)] = containers.WithLabelValues(o)
+	for o := range outcome(numOutcomes) {
+		m.containers[o] = containers.WithLabelValues(o.String())
 	}
 	m.sysctlsApplied = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "nri_sysctl_sysctls_applied_total",
@@ -141,8 +74,8 @@ func newMetrics(info configInForce) *metrics {
 		Name: "nri_sysctl_sysctls_skipped_total",
 		Help: "Configured sysctls a container did not get, by reason (as in nri-sysctl.io/skipped).",
 	}, []string{"reason"})
-	for i, l := range skipReasonLabels {
-		m.sysctlsSkipped[i] = skipped.WithLabelValues(l)
+	for c := range policy.SkipCode(policy.NumSkipCodes) {
+		m.sysctlsSkipped[c] = skipped.WithLabelValues(c.Label())
 	}
 	m.lookups = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "nri_sysctl_pod_lookups_total",
@@ -201,35 +134,35 @@ func newMetrics(info configInForce) *metrics {
 }
 
 // decided counts one container's decision: its outcome, the keys it got
-// and the keys it did not get (writeFailures: namespace-mode keys whose
-// write failed). A pod whose container got the defaults is healed: its
-// namespaces, shared by all its containers, now hold them.
-func (m *metrics) decided(podID, outcome string, applied []sysctl.Sysctl, skipped []policy.Skipped, writeFailures int) {
+// and the keys it did not get (namespace-mode write failures among them).
+// A pod whose container got the defaults is healed: its namespaces, shared
+// by all its containers, now hold them.
+func (m *metrics) decided(podID string, o outcome, applied []sysctl.Sysctl, skipped []policy.Skipped) {
 	if m == nil {
 		return
 	}
-	m.containers[outcomeIndex(outcome)].Inc()
+	m.containerOutcome(o)
 	if len(applied) > 0 {
 		m.sysctlsApplied.Add(float64(len(applied)))
 	}
 	for _, s := range skipped {
-		m.sysctlsSkipped[skipReasonLabel(s)].Inc()
+		if int(s.Code) < len(m.sysctlsSkipped) {
+			m.sysctlsSkipped[s.Code].Inc()
+		}
 	}
-	if writeFailures > 0 {
-		m.sysctlsSkipped[skipWriteFailed].Add(float64(writeFailures))
-	}
-	if outcome == outcomeApplied || outcome == outcomeNothingToApply {
+	if o == outcomeApplied || o == outcomeNothingToApply {
 		m.lacking.forget(podID)
 	}
 }
 
 // containerOutcome counts a container that got nothing: excluded, or its
-// pod could not be looked up or written into.
-func (m *metrics) containerOutcome(outcome string) {
-	if m == nil {
+// pod could not be looked up or written into. A value that is no outcome
+// is counted as none.
+func (m *metrics) containerOutcome(o outcome) {
+	if m == nil || int(o) >= len(m.containers) {
 		return
 	}
-	m.containers[outcomeIndex(outcome)].Inc()
+	m.containers[o].Inc()
 }
 
 // lookedUp counts one pod lookup in containerd.

@@ -5,13 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -48,11 +50,11 @@ func counts(m *metrics) map[string]float64 {
 		"namespace_write_failed": testutil.ToFloat64(m.namespaceWriteFailures),
 		"lacking":                float64(m.lacking.total()),
 	}
-	for _, o := range containerOutcomes {
-		out["containers/"+o] = testutil.ToFloat64(m.containers[outcomeIndex(o)])
+	for o := range outcome(numOutcomes) {
+		out["containers/"+o.String()] = testutil.ToFloat64(m.containers[o])
 	}
-	for i, l := range skipReasonLabels {
-		out["skipped/"+l] = testutil.ToFloat64(m.sysctlsSkipped[i])
+	for c := range policy.SkipCode(policy.NumSkipCodes) {
+		out["skipped/"+c.Label()] = testutil.ToFloat64(m.sysctlsSkipped[c])
 	}
 	return out
 }
@@ -134,9 +136,9 @@ func histogramCount(t *testing.T, m *metrics, name string) uint64 {
 func TestMetricsCountNamespaceWrites(t *testing.T) {
 	p, m := newMeteredTestPlugin(t, testConfig+"mode: namespace\nonError: warn\n", &fakeFetcher{})
 	fail := true
-	p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	p.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		if fail {
-			return []nswrite.WriteError{{Key: "kernel.msgmax", Value: "16384", Err: errors.New("invalid argument")}}
+			return []podns.WriteError{{Key: "kernel.msgmax", Value: "16384", Err: errors.New("invalid argument")}}
 		}
 		return nil
 	}
@@ -180,7 +182,7 @@ func TestMetricsLackingDefaults(t *testing.T) {
 		{Id: "c1", PodSandboxId: "p1", State: running},
 		{Id: "c2", PodSandboxId: "p1", State: running},
 		{Id: "c3", PodSandboxId: "p2", State: running},
-		{Id: "c4", PodSandboxId: "p3", State: running, Annotations: map[string]string{annotationOutcome: outcomeApplied}},
+		{Id: "c4", PodSandboxId: "p3", State: running, Annotations: map[string]string{annotationOutcome: outcomeApplied.String()}},
 	}
 	if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
 		t.Fatal(err)
@@ -327,27 +329,35 @@ func TestMetricsNames(t *testing.T) {
 			t.Errorf("no %s in %v", want, names)
 		}
 	}
-	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_containers_total"); n != len(containerOutcomes) {
-		t.Errorf("nri_sysctl_containers_total has %d series, want one per outcome (%d)", n, len(containerOutcomes))
+	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_containers_total"); n != numOutcomes {
+		t.Errorf("nri_sysctl_containers_total has %d series, want one per outcome (%d)", n, numOutcomes)
 	}
 }
 
-func TestSkipReasonLabel(t *testing.T) {
-	tests := []struct {
-		skipped policy.Skipped
-		want    string
-	}{
-		{policy.Skipped{Key: "net.core.somaxconn", Reason: policy.ReasonHostNamespace + " (network)"}, "host_namespace"},
-		{policy.Skipped{Key: "net.core.somaxconn", Reason: policy.ReasonPodOwn}, "pod_own"},
-		{policy.Skipped{Key: "net.core.somaxconn", Reason: policy.ReasonExisting}, "existing"},
-		{policy.Skipped{Key: "net.core.xfrm_aevent_etime", Reason: policy.ReasonUserNamespace}, "user_namespace"},
-		{policy.Skipped{Key: "net.ipv4.ping_group_range", Reason: `range "0 10" has no GID mapped in the pod's user namespace`}, "user_namespace"},
-		{policy.Skipped{Key: "net.core.somaxconn", Reason: "something new"}, "other"},
-	}
-	for _, tc := range tests {
-		if got := skipReasonLabels[skipReasonLabel(tc.skipped)]; got != tc.want {
-			t.Errorf("%q: label %q, want %q", tc.skipped.Reason, got, tc.want)
+// Each outcome is counted under its own label, and a value that is no
+// outcome under none: it used to be counted as write_failed.
+func TestContainerOutcomeCountsOnlyItsOwnLabel(t *testing.T) {
+	_, m := newMeteredTestPlugin(t, testConfig, &fakeFetcher{})
+	for o := range outcome(numOutcomes + 1) {
+		before := counts(m)
+		m.containerOutcome(o)
+		moved := map[string]float64{}
+		if o < numOutcomes {
+			moved["containers/"+o.String()] = 1
 		}
+		wantMoved(t, fmt.Sprintf("outcome %d", o), before, counts(m), moved)
+	}
+}
+
+// The skip metric's labels are the codes' table, in the order of the codes.
+func TestSkipCodeLabels(t *testing.T) {
+	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed"}
+	var got []string
+	for c := range policy.SkipCode(policy.NumSkipCodes) {
+		got = append(got, c.Label())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("skip labels %v, want %v", got, want)
 	}
 }
 

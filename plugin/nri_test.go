@@ -21,7 +21,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/containerd/ttrpc"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -242,7 +242,7 @@ func (l *lockedLog) String() string {
 
 // newNRIPlugin makes the plugin as runPlugin does, with cfgText in force,
 // pods looked up through f and namespace writes going to write.
-func newNRIPlugin(t *testing.T, override runtimemode.Mode, cfgText string, f podsysctl.Fetcher, write func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError) *nriPlugin {
+func newNRIPlugin(t *testing.T, override runtimemode.Mode, cfgText string, f podsysctl.Fetcher, write func(podns.Target, []sysctl.Sysctl) []podns.WriteError) *nriPlugin {
 	t.Helper()
 	out := &lockedLog{}
 	log := logrus.New()
@@ -376,7 +376,7 @@ func oursOf(adj *api.ContainerAdjustment) ours {
 func TestNRISpecMode(t *testing.T) {
 	rt := startNRIRuntime(t, "2.4.2", true)
 	f := nriFetcher{own: map[string]map[string]string{"own": {"net.ipv4.tcp_keepalive_intvl": "33"}}}
-	h := newNRIPlugin(t, "", nriDefaults, f, func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError {
+	h := newNRIPlugin(t, "", nriDefaults, f, func(podns.Target, []sysctl.Sysctl) []podns.WriteError {
 		t.Error("spec mode wrote into a pod's namespaces")
 		return nil
 	})
@@ -404,7 +404,7 @@ func TestNRISpecMode(t *testing.T) {
 			want: ours{
 				sysctls:  map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"},
 				injected: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600",
-				outcome:  outcomeApplied,
+				outcome:  outcomeApplied.String(),
 			},
 		},
 		{
@@ -417,7 +417,7 @@ func TestNRISpecMode(t *testing.T) {
 				sysctls:  map[string]string{"kernel.msgmax": "16384"},
 				injected: "kernel.msgmax=16384",
 				skipped:  "net.ipv4.tcp_keepalive_intvl (" + hostNet + "); net.ipv4.tcp_keepalive_time (" + hostNet + ")",
-				outcome:  outcomeApplied,
+				outcome:  outcomeApplied.String(),
 			},
 		},
 		{
@@ -428,14 +428,14 @@ func TestNRISpecMode(t *testing.T) {
 				sysctls:  map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_time": "600"},
 				injected: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_time=600",
 				skipped:  "net.ipv4.tcp_keepalive_intvl (pod sets it itself)",
-				outcome:  outcomeApplied,
+				outcome:  outcomeApplied.String(),
 			},
 		},
 		{
 			name: "excluded pod is left alone but for its outcome",
 			pod:  nriPod("excluded", "kube-system", "network", "ipc", "uts"),
 			ctr:  nriContainer("excluded"),
-			want: ours{outcome: outcomeExcluded},
+			want: ours{outcome: outcomeExcluded.String()},
 		},
 	}
 	for _, tc := range tests {
@@ -454,7 +454,7 @@ func TestNRISpecMode(t *testing.T) {
 func TestNRINamespaceMode(t *testing.T) {
 	rt := startNRIRuntime(t, "2.1.9", false)
 	type write struct {
-		target nswrite.Target
+		target podns.Target
 		keys   string
 	}
 	var (
@@ -462,14 +462,14 @@ func TestNRINamespaceMode(t *testing.T) {
 		writes []write
 	)
 	failNet := "/var/run/netns/cni-failing"
-	writer := func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	writer := func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		mu.Lock()
 		defer mu.Unlock()
 		writes = append(writes, write{target, formatApplied(list)})
-		var errs []nswrite.WriteError
+		var errs []podns.WriteError
 		for _, s := range list {
 			if target[sysctl.Net].Path == failNet && s.Key() == "kernel.msgmax" {
-				errs = append(errs, nswrite.WriteError{Key: s.Key(), Value: s.Value(), Err: errors.New("invalid argument")})
+				errs = append(errs, podns.WriteError{Key: s.Key(), Value: s.Value(), Err: errors.New("invalid argument")})
 			}
 		}
 		return errs
@@ -494,7 +494,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err := rt.runPod(pod); err != nil {
 			t.Fatal(err)
 		}
-		want := []write{{nswrite.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: 4242}, sysctl.UTS: {Pid: 4242}}, all}}
+		want := []write{{podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: 4242}, sysctl.UTS: {Pid: 4242}}, all}}
 		if got := takeWrites(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("writes at RunPodSandbox = %+v, want %+v", got, want)
 		}
@@ -502,7 +502,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := oursOf(adj), (ours{injected: all, outcome: outcomeApplied}); !reflect.DeepEqual(got, want) {
+		if got, want := oursOf(adj), (ours{injected: all, outcome: outcomeApplied.String()}); !reflect.DeepEqual(got, want) {
 			t.Errorf("containerd receives %+v, want %+v (no sysctls: it would drop them)", got, want)
 		}
 		if got := takeWrites(); len(got) != 0 {
@@ -532,8 +532,8 @@ func TestNRINamespaceMode(t *testing.T) {
 		if !strings.Contains(got.skipped, "kernel.msgmax (write failed: invalid argument)") {
 			t.Errorf("%s = %q, want kernel.msgmax with its write failure", annotationSkipped, got.skipped)
 		}
-		if got.outcome != outcomeWriteFailed {
-			t.Errorf("%s = %q, want %q", annotationOutcome, got.outcome, outcomeWriteFailed)
+		if got.outcome != outcomeWriteFailed.String() {
+			t.Errorf("%s = %q, want %q", annotationOutcome, got.outcome, outcomeWriteFailed.String())
 		}
 		// The failed key, and only it, is tried again at the container.
 		if w := takeWrites(); len(w) != 1 || w[0].keys != "kernel.msgmax=16384" {
@@ -582,16 +582,16 @@ exclude:
 		pod  *api.PodSandbox
 		want ours
 	}{
-		{nriPod("web-a", "web", "network"), ours{sysctls: map[string]string{"net.core.somaxconn": "4096"}, injected: "net.core.somaxconn=4096", outcome: outcomeApplied}},
-		{nriPod("default-b", "default", "network"), ours{outcome: outcomeNothingToApply}},
-		{nriPod("web-unknown", "web", "network"), ours{outcome: outcomeLookupFailed}},
+		{nriPod("web-a", "web", "network"), ours{sysctls: map[string]string{"net.core.somaxconn": "4096"}, injected: "net.core.somaxconn=4096", outcome: outcomeApplied.String()}},
+		{nriPod("default-b", "default", "network"), ours{outcome: outcomeNothingToApply.String()}},
+		{nriPod("web-unknown", "web", "network"), ours{outcome: outcomeLookupFailed.String()}},
 	}
 	for _, c := range handled {
 		if got := oursOf(rt.startPod(t, c.pod, nriContainer(c.pod.GetId()))); !reflect.DeepEqual(got, c.want) {
 			t.Fatalf("pod %s: containerd receives %+v, want %+v", c.pod.GetId(), got, c.want)
 		}
 	}
-	if n := first.p.lacking.Load(); n != 0 {
+	if n := lackingLogged(first.log.String()); n != 0 {
 		t.Fatalf("first run: %d container(s) lacking, want 0", n)
 	}
 
@@ -613,7 +613,7 @@ exclude:
 	rt.mu.Unlock()
 	second.serve(t, rt)
 	second.waitReady(t, rt)
-	if n := second.p.lacking.Load(); n != 2 {
+	if n := lackingLogged(second.log.String()); n != 2 {
 		t.Errorf("Synchronize counts %d container(s) lacking the defaults, want 2 (away-c, away-d)", n)
 	}
 	if log := second.log.String(); !strings.Contains(log, "pod=away-c") || !strings.Contains(log, "pod=away-d") || strings.Contains(log, "pod=default-b") {

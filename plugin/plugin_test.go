@@ -8,10 +8,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -151,7 +150,7 @@ func TestCreateContainerExcludedPodIsNotLookedUp(t *testing.T) {
 	pod := testPod("x", "network", "ipc")
 	pod.Namespace = "kube-system"
 	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
-	if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" || annotation(adj, annotationOutcome) != outcomeExcluded {
+	if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" || annotation(adj, annotationOutcome) != outcomeExcluded.String() {
 		t.Fatalf("excluded pod: adj=%v err=%v; want only the outcome annotation", adj, err)
 	}
 	if f.calls.Load() != 0 {
@@ -168,7 +167,7 @@ func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing
 			f := &fakeFetcher{err: errors.New("dial unix /run/containerd/containerd.sock: connection refused")}
 			p := newTestPlugin(t, testConfig+"mode: "+mode+"\n", f)
 			var wrote []string
-			p.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			p.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				wrote = append(wrote, formatApplied(list))
 				return nil
 			}
@@ -178,8 +177,8 @@ func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing
 				if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" {
 					t.Fatalf("unknown pod sysctls must not fail or set anything: adj=%v err=%v", adj, err)
 				}
-				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed {
-					t.Fatalf("outcome annotation %q, want %q", got, outcomeLookupFailed)
+				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed.String() {
+					t.Fatalf("outcome annotation %q, want %q", got, outcomeLookupFailed.String())
 				}
 			}
 			if n := f.calls.Load(); n != 3 {
@@ -264,7 +263,7 @@ func TestConfigureRejectsBadConfigText(t *testing.T) {
 
 func TestRunPodSandboxNamespaceMode(t *testing.T) {
 	type call struct {
-		target nswrite.Target
+		target podns.Target
 		keys   []string
 	}
 	tests := []struct {
@@ -285,14 +284,14 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 			}
 			p := newTestPlugin(t, text, &fakeFetcher{own: map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"}})
 			var calls []call
-			p.writeNamespaces = func(target nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+			p.writeNamespaces = func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				c := call{target: target}
 				for _, s := range list {
 					c.keys = append(c.keys, s.Key()+"="+s.Value())
 				}
 				calls = append(calls, c)
 				if tc.writeErr {
-					return []nswrite.WriteError{{Key: "kernel.msgmax", Value: "16384", Err: errors.New("invalid argument")}}
+					return []podns.WriteError{{Key: "kernel.msgmax", Value: "16384", Err: errors.New("invalid argument")}}
 				}
 				return nil
 			}
@@ -306,7 +305,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 				t.Fatalf("error does not say what failed: %v", err)
 			}
 			want := []call{{
-				target: nswrite.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: 4242}},
+				target: podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: 4242}},
 				keys:   []string{"net.ipv4.tcp_keepalive_time=600"},
 			}}
 			if !reflect.DeepEqual(calls, want) {
@@ -327,25 +326,12 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 
 func TestRunPodSandboxSpecModeWritesNothing(t *testing.T) {
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	p.writeNamespaces = func(nswrite.Target, []sysctl.Sysctl) []nswrite.WriteError {
+	p.writeNamespaces = func(podns.Target, []sysctl.Sysctl) []podns.WriteError {
 		t.Fatal("spec mode wrote into namespaces")
 		return nil
 	}
 	if err := p.RunPodSandbox(context.Background(), testPod("s", "network", "ipc")); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestLoadInitialConfig(t *testing.T) {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	p := newPlugin(log, nil, "")
-	missing := t.TempDir() + "/none.yaml"
-	if err := p.loadInitialConfig(missing, true); err != nil {
-		t.Fatalf("pre-installed plugin without a file waits for Configure: %v", err)
-	}
-	if err := p.loadInitialConfig(missing, false); err == nil || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("a plugin run by hand needs its file: %v", err)
 	}
 }
 
@@ -372,32 +358,86 @@ func TestSynchronizeCountsContainersWithoutDefaults(t *testing.T) {
 	}
 }
 
-func TestReloadKeepsOldConfigOnError(t *testing.T) {
-	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
-	p.reload(path)
-	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
-		t.Fatalf("after good reload: %v", got)
-	}
-	bad := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 100\n  vm.swappiness: 1\n")
-	p.reload(bad)
-	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
-		t.Fatalf("a bad reload must keep the old config whole: %v", got)
+// Review finding 2: containers the plugin handled correctly (no rule
+// matched; lookup failed) carry an outcome, so a restarted plugin does not
+// report them as created while it was away.
+func TestSynchronizeDoesNotCountHandledContainers(t *testing.T) {
+	rulesOnly := "rules:\n  - name: web\n    match: {namespaces: [web]}\n    sysctls: {net.core.somaxconn: 4096}\n"
+	for _, tc := range []struct {
+		name string
+		cfg  string
+		f    *fakeFetcher
+	}{
+		{"rules-only config, no rule matched", rulesOnly, &fakeFetcher{}},
+		{"lookup failed", testConfig, &fakeFetcher{err: errors.New("connection refused")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			p := newTestPlugin(t, tc.cfg, tc.f)
+			p.log.SetOutput(&buf)
+			pod := testPod("s1", "network", "ipc")
+			adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctr := &api.Container{Id: "c1", Name: "app", PodSandboxId: "s1", State: api.ContainerState_CONTAINER_RUNNING, Annotations: adj.GetAnnotations()}
+			if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, []*api.Container{ctr}); err != nil {
+				t.Fatal(err)
+			}
+			if n := lackingLogged(buf.String()); n != 0 {
+				t.Errorf("%d container(s) reported lacking the defaults, want 0; log: %s", n, buf.String())
+			}
+		})
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	b := newBackoff(500*time.Millisecond, 2*time.Second)
-	var got []time.Duration
-	for i := 0; i < 5; i++ {
-		got = append(got, b.next())
+// Review finding 9: READY=1 waits for the runtime's Synchronize.
+func TestSynchronizedOnlyAfterSynchronize(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	select {
+	case <-p.synchronized:
+		t.Fatal("synchronized before Synchronize")
+	default:
 	}
-	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("backoff = %v, want %v", got, want)
+	if _, err := p.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
 	}
-	b.reset()
-	if d := b.next(); d != 500*time.Millisecond {
-		t.Fatalf("after reset: %v", d)
+	select {
+	case <-p.synchronized:
+	default:
+		t.Fatal("not synchronized after Synchronize")
+	}
+}
+
+// Pods removed while the plugin was not connected never get a
+// RemovePodSandbox; Synchronize on the next connection forgets them.
+func TestSynchronizeForgetsPodsRemovedWhileAway(t *testing.T) {
+	f := &fakeFetcher{}
+	p := newConcPlugin(t, "2.4.2", f, io.Discard)
+	ctx := context.Background()
+	gone, kept := testPod("gone", "network"), testPod("kept", "network")
+	for _, pod := range []*api.PodSandbox{gone, kept} {
+		if _, _, err := p.CreateContainer(ctx, pod, &api.Container{Name: "app"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.records.len() != 2 {
+		t.Fatalf("cache has %d pods, want 2", p.records.len())
+	}
+	if _, err := p.Synchronize(ctx, []*api.PodSandbox{kept}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p.records.len() != 1 {
+		t.Fatalf("after Synchronize without pod gone: %d pods cached, want 1", p.records.len())
+	}
+	if p.hasRecord("gone") || !p.hasRecord("kept") {
+		t.Fatalf("records: gone %v (want false), kept %v (want true)", p.hasRecord("gone"), p.hasRecord("kept"))
+	}
+	// The kept pod is not looked up again.
+	if _, _, err := p.CreateContainer(ctx, kept, &api.Container{Name: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.calls.Load(); n != 2 {
+		t.Fatalf("%d lookups, want 2 (one per pod)", n)
 	}
 }

@@ -2,199 +2,113 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
 )
 
-// podRecord is what the plugin decided for one pod and what really
-// happened to it. It is made when the pod is first seen (RunPodSandbox, or
-// its first container when the plugin came up after the pod) and every
-// later event of the pod reads it, so annotations, logs and counts agree
-// with what was written.
-type podRecord struct {
-	id string
-	// cfg and mode are those in force when the pod was first seen: a
-	// reload or a new mode applies to pods created after it, never to
-	// part of a pod's containers.
-	cfg       *loaded
-	mode      runtimemode.Mode
-	firstSeen string
+// prefetchTimeout bounds a spec-mode lookup started at RunPodSandbox, which
+// no request deadline covers.
+const prefetchTimeout = 10 * time.Second
 
-	// lookupSlot is held by the lookup in flight, so a pod is looked up
-	// once however many containers it starts at the same time.
-	lookupSlot chan struct{}
-
-	mu  sync.Mutex
-	own podsysctl.PodSysctls
-	// lookedUp is set once own holds a successful lookup; a failed one is
-	// tried again at the pod's next container.
-	lookedUp       bool
-	lookupFailures int
-
-	// Namespace mode only.
-	written   []sysctl.Sysctl      // keys really in the pod's namespaces
-	writeErrs []nswrite.WriteError // keys the last attempt failed on
-	writes    writeState
-	writtenAt string // the event of the last successful write
+// loaded is a validated config, its compiled policy and the containerd
+// connection its pods are looked up through, swapped as one.
+type loaded struct {
+	cfg    *config.Config
+	policy *policy.Policy
+	lookup podsysctl.Fetcher
 }
 
-// writeState is where a namespace-mode pod stands.
-type writeState int
+type plugin struct {
+	log          *logrus.Logger
+	check        config.KernelChecker
+	modeOverride runtimemode.Mode
+	// allowInsecureConfig accepts a config file anyone but root could write.
+	allowInsecureConfig bool
 
-const (
-	// notWritten: nothing attempted yet (RunPodSandbox was missed, or the
-	// pod's own sysctls could not be read yet).
-	notWritten writeState = iota
-	// writeFailed: some keys failed with onError: warn; they are tried
-	// again at the pod's next container.
-	writeFailed
-	// writeDone: every key the decision gave is in the pod's namespaces.
-	writeDone
-)
+	current   atomic.Pointer[loaded]
+	runtime   atomic.Pointer[runtimemode.Runtime] // set at Configure
+	applyMode atomic.Value                        // runtimemode.Mode
+	records   *podRecords
 
-func (w writeState) String() string {
-	switch w {
-	case notWritten:
-		return "not written"
-	case writeFailed:
-		return "write failed"
-	case writeDone:
-		return "written"
+	// connect returns the lookup for a config's containerd; it runs
+	// before the config is put in force.
+	connect func(*config.Config) (podsysctl.Fetcher, error)
+	// stub answers what the runtime told NRI at registration; nil in tests.
+	stub interface {
+		RuntimeNRIVersion() string
+		RequestTimeout() time.Duration
 	}
-	return "not written"
+	// synchronized is closed after the first Synchronize: the runtime
+	// sends pod events to the plugin only from then on.
+	synchronized     chan struct{}
+	synchronizedOnce sync.Once
+	// modeLogged: the first mode chosen is logged even if it is the default.
+	modeLogged atomic.Bool
+	// writeNamespaces is swapped in tests.
+	writeNamespaces func(podns.Target, []sysctl.Sysctl) []podns.WriteError
+	// meter counts for /metrics; nil while metrics are off (metrics.go).
+	meter           atomic.Pointer[metrics]
+	metricsListener metricsListener
 }
 
-// ownSysctls returns the pod's own sysctls, looking them up the first time
-// (and again after a failure), within ctx as bound narrows it. fresh is true for the call that
-// did the lookup, which reports what it found.
-func (r *podRecord) ownSysctls(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), fetch func(context.Context, string) (podsysctl.PodSysctls, error)) (own podsysctl.PodSysctls, fresh bool, err error) {
-	if own, ok := r.cachedOwn(); ok {
-		return own, false, nil
+func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
+	p := &plugin{
+		log:             log,
+		check:           check,
+		modeOverride:    modeOverride,
+		records:         newPodRecords(),
+		writeNamespaces: podns.Write,
+		synchronized:    make(chan struct{}),
+		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
 	}
-	// Waiting for a lookup in flight, or doing one, is bounded.
-	ctx, cancel := bound(ctx)
-	defer cancel()
-	select {
-	case r.lookupSlot <- struct{}{}:
-	case <-ctx.Done():
-		return podsysctl.PodSysctls{}, false, fmt.Errorf("waiting for the pod's lookup: %w", context.Cause(ctx))
+	p.applyMode.Store(runtimemode.Spec)
+	p.current.Store(&loaded{cfg: &config.Config{Mode: config.ModeAuto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}), lookup: noLookup{}})
+	return p
+}
+
+// noLookup serves until a config names a containerd.
+type noLookup struct{}
+
+func (noLookup) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
+	return podsysctl.PodSysctls{}, errors.New("no containerd connection configured")
+}
+
+// record returns the pod's record, made with the config and mode in force
+// when the pod is first seen.
+func (p *plugin) record(pod *api.PodSandbox) *podRecord {
+	return p.records.get(pod.GetId(), func() *podRecord {
+		return &podRecord{cfg: p.current.Load(), mode: p.mode()}
+	})
+}
+
+// podLog carries the pod's identity on every line about it.
+func (p *plugin) podLog(pod *api.PodSandbox) *logrus.Entry {
+	return p.log.WithFields(logrus.Fields{"pod": pod.GetName(), "namespace": pod.GetNamespace()})
+}
+
+// withinDeadline bounds the work for one request by the runtime's deadline
+// less a margin, so that the answer (and any write) never comes after the
+// runtime gave up on the plugin.
+func (p *plugin) withinDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := api.DefaultPluginRequestTimeout
+	if p.stub != nil && p.stub.RequestTimeout() > 0 {
+		timeout = p.stub.RequestTimeout()
 	}
-	defer func() { <-r.lookupSlot }()
-	if own, ok := r.cachedOwn(); ok {
-		return own, false, nil
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(timeout)
 	}
-	own, err = fetch(ctx, r.id)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		r.lookupFailures++
-		return podsysctl.PodSysctls{}, r.lookupFailures == 1, err
-	}
-	r.own, r.lookedUp = own, true
-	return own, true, nil
-}
-
-func (r *podRecord) cachedOwn() (podsysctl.PodSysctls, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.own, r.lookedUp
-}
-
-// needsWrite tells whether namespace mode still owes the pod its sysctls.
-func (r *podRecord) needsWrite() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.writes != writeDone
-}
-
-// recordWrite keeps what an attempt wrote: keys that were written stay
-// written; the failed ones are tried again at the next container.
-func (r *podRecord) recordWrite(event string, attempted []sysctl.Sysctl, errs []nswrite.WriteError) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	failed := make(map[string]bool, len(errs))
-	for _, e := range errs {
-		failed[e.Key] = true
-	}
-	for _, s := range attempted {
-		if !failed[s.Key()] && !hasKey(r.written, s.Key()) {
-			r.written = append(r.written, s)
-		}
-	}
-	r.writeErrs = errs
-	if len(errs) == 0 {
-		r.writes, r.writtenAt = writeDone, event
-	} else {
-		r.writes = writeFailed
-	}
-}
-
-// namespaceOutcome is what the pod's namespaces hold and what failed, for
-// annotations.
-func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []nswrite.WriteError, state writeState) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]sysctl.Sysctl(nil), r.written...), append([]nswrite.WriteError(nil), r.writeErrs...), r.writes
-}
-
-func hasKey(list []sysctl.Sysctl, key string) bool {
-	for _, s := range list {
-		if s.Key() == key {
-			return true
-		}
-	}
-	return false
-}
-
-// podRecords holds a record per live pod.
-type podRecords struct {
-	mu   sync.Mutex
-	pods map[string]*podRecord
-}
-
-func newPodRecords() *podRecords { return &podRecords{pods: map[string]*podRecord{}} }
-
-// get returns the pod's record, making it with newRecord on first sight.
-func (s *podRecords) get(podID string, newRecord func() *podRecord) *podRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r, ok := s.pods[podID]; ok {
-		return r
-	}
-	r := newRecord()
-	r.id = podID
-	r.lookupSlot = makeSlot()
-	s.pods[podID] = r
-	return r
-}
-
-func makeSlot() chan struct{} { return make(chan struct{}, 1) }
-
-func (s *podRecords) forget(podID string) {
-	s.mu.Lock()
-	delete(s.pods, podID)
-	s.mu.Unlock()
-}
-
-// retain drops every pod for which keep returns false: pods removed while
-// the plugin was not connected, whose RemovePodSandbox it never saw.
-func (s *podRecords) retain(keep func(podID string) bool) {
-	s.mu.Lock()
-	for id := range s.pods {
-		if !keep(id) {
-			delete(s.pods, id)
-		}
-	}
-	s.mu.Unlock()
-}
-
-func (s *podRecords) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.pods)
+	margin := min(max(timeout/10, 50*time.Millisecond), 500*time.Millisecond)
+	return context.WithDeadline(ctx, deadline.Add(-margin))
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/nswrite"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -85,7 +85,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	}
 	ns.useFetcher(&fakeFetcher{own: map[string]string{}})
 	var written []string
-	ns.writeNamespaces = func(_ nswrite.Target, list []sysctl.Sysctl) []nswrite.WriteError {
+	ns.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		written = append(written, formatApplied(list))
 		return nil
 	}
@@ -94,12 +94,6 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	}
 	if want := []string{"kernel.domainname=pods,net.ipv4.tcp_keepalive_time=600"}; !reflect.DeepEqual(written, want) {
 		t.Errorf("namespace mode writes %v, want %v", written, want)
-	}
-}
-
-func TestWriterFor(t *testing.T) {
-	if writerFor("spec") != sysctl.WriterInPod || writerFor("namespace") != sysctl.WriterHost {
-		t.Fatal("spec mode is runc in the pod, namespace mode host root")
 	}
 }
 

@@ -3,16 +3,13 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
-	"fmt"
-	"io"
+	"encoding/hex"
 	"os"
 	"syscall"
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 )
 
 // watchConfigFile turns changes of the config file's content into reload
@@ -27,10 +24,11 @@ import (
 // poll; the next edit is tried again.
 func (p *plugin) watchConfigFile(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal) <-chan os.Signal {
 	out := make(chan os.Signal, 1)
-	// The content in force: the config was loaded just before.
-	last, err := configDigest(path)
-	if err != nil {
-		p.log.WithError(err).WithField("file", path).Warn("watching the config file: cannot read it yet")
+	// The content in force, as it was read when loaded: an edit made
+	// since then is a change to reload.
+	var last string
+	if cfg := p.current.Load().cfg; cfg.Source == path {
+		last = cfg.TextSHA256
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "interval": interval.String()}).Info("watching the config file for changes")
 	send := func(s os.Signal) {
@@ -73,30 +71,13 @@ func (p *plugin) watchConfigFile(ctx context.Context, path string, interval time
 	return out
 }
 
-// configDigest hashes what path leads to now. It never blocks on a FIFO
-// and reads at most one byte more than a config may have.
-func configDigest(path string) ([sha256.Size]byte, error) {
-	var sum [sha256.Size]byte
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+// configDigest is the hex SHA-256 of what path leads to now, read by the
+// config's own safe reader: it never blocks on a FIFO nor reads a huge file.
+func configDigest(path string) (string, error) {
+	data, err := config.ReadFile(path)
 	if err != nil {
-		return sum, err
+		return "", err
 	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return sum, err
-	}
-	if !info.Mode().IsRegular() {
-		return sum, errors.New("not a regular file")
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, config.MaxFileSize+1))
-	if err != nil {
-		return sum, err
-	}
-	if n > config.MaxFileSize {
-		return sum, fmt.Errorf("larger than %d bytes", config.MaxFileSize)
-	}
-	copy(sum[:], h.Sum(nil))
-	return sum, nil
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
 }

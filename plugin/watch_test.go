@@ -166,6 +166,23 @@ func TestWatchConfigFileForwardsSIGHUP(t *testing.T) {
 	waitFor(t, "SIGHUP to reload", func() bool { return keepaliveTime(p2) == "450" })
 }
 
+// An edit made after the config was loaded but before the watcher took its
+// first look is a change: the watcher starts from what was loaded, not
+// from the file as it is when it starts.
+func TestWatchConfigFileReloadsEditBeforeWatchStart(t *testing.T) {
+	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	p := newTestPlugin(t, "", &fakeFetcher{})
+	p.reload(path)
+	if err := os.WriteFile(path+".new", []byte("sysctls:\n  net.ipv4.tcp_keepalive_time: 450\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	startWatching(t, p, path, 10*time.Millisecond, make(chan os.Signal))
+	waitFor(t, "the edit made before the watch started to be reloaded", func() bool { return keepaliveTime(p) == "450" })
+}
+
 // A file that goes missing is reported once and the config stays.
 func TestWatchConfigFileMissingFile(t *testing.T) {
 	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")

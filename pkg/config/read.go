@@ -50,6 +50,66 @@ func load(file string, trusted bool, check KernelChecker) (*Config, error) {
 	return Parse(file, data, check)
 }
 
+// ReadFile reads a regular file of at most MaxFileSize with Load's guards
+// and none of its config checks: for other files a subcommand is handed
+// (import-crio) and for the config watcher's digest. A FIFO, device or
+// directory fails at once instead of blocking or being read forever.
+func ReadFile(path string) ([]byte, error) {
+	f, _, err := openRegular(path, openFlags)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readCapped(f)
+}
+
+// openRegular opens path without blocking and returns it only if the
+// descriptor is a regular file (a notRegularError otherwise). A device or
+// FIFO is refused before the open too: opening some devices has side
+// effects. The check on the descriptor is the one that counts.
+func openRegular(path string, flags int) (*os.File, os.FileInfo, error) {
+	if info, err := os.Stat(path); err == nil && !info.Mode().IsRegular() {
+		return nil, nil, notRegularError{info.Mode()}
+	}
+	if beforeOpenHook != nil {
+		beforeOpenHook()
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := f.Stat()
+	if err == nil && !info.Mode().IsRegular() {
+		err = notRegularError{info.Mode()}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, info, nil
+}
+
+// errTooLarge: a file holds more than MaxFileSize bytes.
+var errTooLarge = fmt.Errorf("file is larger than the %d-byte (1 MiB) limit", MaxFileSize)
+
+// readCapped reads one byte past the limit, which tells a file that is too
+// large whatever fstat said its size was (it may grow, or be a /proc file).
+func readCapped(f *os.File) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, errTooLarge
+	}
+	return data, nil
+}
+
+// notRegularError is a path that is not a regular file.
+type notRegularError struct{ mode fs.FileMode }
+
+func (e notRegularError) Error() string { return "it is " + fileKind(e.mode) + ", not a regular file" }
+
 // readStable reads a file and makes sure it did not change meanwhile: an
 // editor or config-management tool rewriting it in place could otherwise
 // hand us half of the old text and half of the new.
@@ -91,30 +151,18 @@ func readOnce(file string, trusted bool) (data []byte, stable bool, err error) {
 	for _, reason := range distrust {
 		problems = append(problems, Problem{File: where, Reason: reason})
 	}
-	// Refuse a device or FIFO before opening it: opening some devices has
-	// side effects. The check on the descriptor below is the one that counts.
-	if info, err := os.Stat(path); err == nil && !info.Mode().IsRegular() {
-		return nil, false, append(problems, notRegular(where, info.Mode()))
-	}
-	if beforeOpenHook != nil {
-		beforeOpenHook()
-	}
-	f, err := os.OpenFile(path, flags, 0)
-	if trusted && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP)) {
+	f, before, err := openRegular(path, flags)
+	var special notRegularError
+	switch {
+	case errors.As(err, &special):
+		return nil, false, append(problems, notRegular(where, special.mode))
+	case trusted && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP)):
 		// Replaced since the walk, as a ConfigMap update does: walk again.
 		return nil, false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return nil, false, append(problems, cannotRead(file, err)...)
 	}
 	defer f.Close()
-	before, err := f.Stat()
-	if err != nil {
-		return nil, false, cannotRead(file, err)
-	}
-	if !before.Mode().IsRegular() {
-		return nil, false, append(problems, notRegular(where, before.Mode()))
-	}
 	if trusted {
 		for _, reason := range untrustedFile(path, before) {
 			problems = append(problems, Problem{File: where, Reason: reason})
@@ -123,13 +171,10 @@ func readOnce(file string, trusted bool) (data []byte, stable bool, err error) {
 	if len(problems) > 0 {
 		return nil, false, problems
 	}
-	// Reading one byte past the limit tells a file that is too large,
-	// whatever fstat said its size was (it may grow, or be a /proc file).
-	if data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1)); err != nil {
-		return nil, false, cannotRead(file, err)
-	}
-	if len(data) > MaxFileSize {
+	if data, err = readCapped(f); errors.Is(err, errTooLarge) {
 		return nil, false, tooLarge(where)
+	} else if err != nil {
+		return nil, false, cannotRead(file, err)
 	}
 	if afterReadHook != nil {
 		afterReadHook()
@@ -299,22 +344,26 @@ func cannotRead(file string, err error) Problems {
 }
 
 func notRegular(where string, mode fs.FileMode) Problem {
-	kind := "a special file (mode " + mode.String() + ")"
+	return Problem{File: where, Reason: "cannot read config: " + notRegularError{mode}.Error() + "; point --config at the config file"}
+}
+
+// fileKind names what a path that is not a regular file is.
+func fileKind(mode fs.FileMode) string {
 	switch {
 	case mode.IsDir():
-		kind = "a directory"
+		return "a directory"
 	case mode&fs.ModeNamedPipe != 0:
-		kind = "a named pipe (FIFO)"
+		return "a named pipe (FIFO)"
 	case mode&fs.ModeSocket != 0:
-		kind = "a socket"
+		return "a socket"
 	case mode&fs.ModeCharDevice != 0:
-		kind = "a character device"
+		return "a character device"
 	case mode&fs.ModeDevice != 0:
-		kind = "a block device"
+		return "a block device"
 	}
-	return Problem{File: where, Reason: "cannot read config: it is " + kind + ", not a regular file; point --config at the config file"}
+	return "a special file (mode " + mode.String() + ")"
 }
 
 func tooLarge(where string) Problems {
-	return Problems{{File: where, Reason: fmt.Sprintf("cannot read config: file is larger than the %d-byte (1 MiB) limit; a config is a few kilobytes, so check that --config names the config file", MaxFileSize)}}
+	return Problems{{File: where, Reason: "cannot read config: " + errTooLarge.Error() + "; a config is a few kilobytes, so check that --config names the config file"}}
 }

@@ -24,8 +24,6 @@ const (
 	SourceRuntimeConfig = "runtime-amended sandbox config"
 	// SourceSandboxSpec is the sandbox's OCI spec, with implicit keys.
 	SourceSandboxSpec = "sandbox spec"
-	// SourceUnknown means no lookup worked.
-	SourceUnknown = "unknown"
 )
 
 // PodSysctls is what is known of a pod's own sysctls.
@@ -35,13 +33,7 @@ type PodSysctls struct {
 	// GIDMappings is the sandbox's user namespace gid mapping, when it
 	// has one and its spec could be read.
 	GIDMappings []policy.IDMapping
-	// Err is why the lookup failed when Source is SourceUnknown.
-	Err error
 }
-
-// Known tells whether the pod's own sysctls could be read. When they could
-// not, nothing may be set in the pod: any key might clobber its own value.
-func (p PodSysctls) Known() bool { return p.Source != SourceUnknown }
 
 // Fetcher reads a pod's sysctls from the runtime.
 type Fetcher interface {

@@ -66,18 +66,12 @@ type Input struct {
 	Writer sysctl.Writer
 }
 
-// Skip reasons, stable for logs and tests.
-const (
-	ReasonHostNamespace = "pod shares the host's namespace"
-	ReasonPodOwn        = "pod sets it itself"
-	ReasonExisting      = "already set on the container (runtime or another plugin)"
-	ReasonUserNamespace = "the kernel refuses it inside a user namespace"
-)
-
 // Skipped is a key the config wanted but the container does not get.
 type Skipped struct {
-	Key    string
-	Value  string
+	Key   string
+	Value string
+	Code  SkipCode
+	// Reason is the code's text with this case's detail.
 	Reason string
 }
 
@@ -183,14 +177,14 @@ func (p *Policy) Decide(in Input) Decision {
 			continue
 		}
 		key := p.keys[i]
-		if reason := skipReason(key, p.ns[i], refused != nil && refused[i], in); reason != "" {
-			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
+		if code, reason, skip := skipReason(key, p.ns[i], refused != nil && refused[i], in); skip {
+			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Code: code, Reason: reason})
 			continue
 		}
-		if key == pingGroupRange && in.Pod.Own.Has(sysctl.User) {
+		if key == sysctl.PingGroupRange && in.Pod.Own.Has(sysctl.User) {
 			clamped, ok, reason := clampPingGroupRange(value, in.GIDMappings)
 			if !ok {
-				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Reason: reason})
+				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Code: SkipUserNamespace, Reason: reason})
 				continue
 			}
 			value = clamped
@@ -225,22 +219,22 @@ func (p *Policy) effectiveValues(pod Pod) (values []string, n int) {
 // skipReason applies, in order: host namespaces, keys the kernel refuses
 // in the pod's user namespace, the pod's own value, and a value already on
 // the container.
-func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input) string {
+func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input) (code SkipCode, reason string, skip bool) {
 	if !in.Pod.Own.Has(ns) {
-		return ReasonHostNamespace + " (" + ns.String() + ")"
+		return SkipHostNamespace, ReasonHostNamespace + " (" + ns.String() + ")", true
 	}
 	if refusedInUserNS && in.Pod.Own.Has(sysctl.User) {
 		// Which writer was refused: runc in the pod (spec mode) and host
 		// root (namespace mode) are refused different keys.
-		return ReasonUserNamespace + " when " + in.Writer.String() + " writes it"
+		return SkipUserNamespace, ReasonUserNamespace + " when " + in.Writer.String() + " writes it", true
 	}
 	if _, own := in.PodOwn[key]; own {
-		return ReasonPodOwn
+		return SkipPodOwn, ReasonPodOwn, true
 	}
 	if _, set := in.Existing[key]; set {
-		return ReasonExisting
+		return SkipExisting, ReasonExisting, true
 	}
-	return ""
+	return 0, "", false
 }
 
 // matches is true when every field the selector gives matches the pod.

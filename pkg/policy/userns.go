@@ -10,11 +10,6 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
-// pingGroupRange is the one sysctl whose value names group IDs: inside a
-// pod's user namespace only the mapped GIDs exist, so it is clamped to
-// them, as CRI-O does.
-const pingGroupRange = "net.ipv4.ping_group_range"
-
 // IDMapping is one line of a user namespace's gid_map.
 type IDMapping struct {
 	ContainerID uint32
@@ -51,6 +46,22 @@ func clampPingGroupRange(value string, mappings []IDMapping) (clamped string, ok
 		return "", false, fmt.Sprintf("range %q has no GID mapped in the pod's user namespace", value)
 	}
 	return fmt.Sprintf("%d %d", lo, hi), true, ""
+}
+
+// HostSide is s as a writer or reader in the host's user namespace (the
+// plugin in namespace mode, audit --read) sees it: the kernel reads
+// ping_group_range's GIDs in that namespace, so in a pod with its own user
+// namespace the container-side GIDs become host GIDs. Every other key, and
+// every key of a pod without a user namespace, is as it is.
+func HostSide(s sysctl.Sysctl, own NamespaceSet, gids []IDMapping) (sysctl.Sysctl, error) {
+	if s.Key() != sysctl.PingGroupRange || !own.Has(sysctl.User) {
+		return s, nil
+	}
+	host, err := HostPingGroupRange(s.Value(), gids)
+	if err != nil {
+		return s, err
+	}
+	return sysctl.New(s.Key(), host), nil
 }
 
 // HostPingGroupRange turns a container-side "lo hi" into host GIDs, for a
@@ -128,7 +139,7 @@ func UserNamespaceProblems(cfg *config.Config, gids []IDMapping, refused map[sys
 // its own user namespace; a writer is missing when the pod would not get
 // the key (a range with no GID mapped).
 func writtenInUserNamespace(e config.Entry, gids []IDMapping) map[sysctl.Writer]string {
-	if e.Key != pingGroupRange {
+	if e.Key != sysctl.PingGroupRange {
 		return map[sysctl.Writer]string{sysctl.WriterInPod: e.Value, sysctl.WriterHost: e.Value}
 	}
 	clamped, ok, _ := clampPingGroupRange(e.Value, gids)

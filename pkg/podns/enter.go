@@ -1,15 +1,16 @@
-// Package nswrite writes sysctls straight into a pod's own namespaces, for
-// runtimes that drop NRI sysctl adjustments.
-package nswrite
+// Package podns opens, checks and enters a pod's own namespaces from the
+// host, to write its sysctls there (namespace mode, for runtimes that drop
+// NRI sysctl adjustments) or to read them back (audit --read). Every way
+// in goes through enter: the pod's own namespace, held by a path or a
+// pidfd, never the host's or the plugin's own.
+package podns
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
@@ -27,64 +28,41 @@ type NamespaceRef struct {
 	Pid  int
 }
 
-// WriteError is one sysctl that could not be written: its key, the value
-// tried and why (the errno, for a write the kernel refused).
-type WriteError struct {
-	Key   string
-	Value string
-	Err   error
+// enterable lists the namespaces a thread of the host can enter for a
+// pod: a multi-threaded process cannot enter a user namespace, and a user
+// namespace's sysctls are not the pod's to set from the host.
+var enterable = []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS}
+
+// entered enters each namespace once for a run of keys on one locked
+// thread, and remembers the outcome: a key of a namespace that could not
+// be entered gets that namespace's error.
+type entered struct {
+	t    Target
+	verb string // "write" or "read", for the error on a user namespace
+	errs map[sysctl.Namespace]error
 }
 
-func (e WriteError) Error() string { return fmt.Sprintf("%s %q: %v", e.Key, e.Value, e.Err) }
-
-// Write sets each sysctl inside the target namespaces. It returns one error
-// per failed key; the others are still written.
-func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
-	var errs []WriteError
-	nsthread.Run(func() { errs = writeLocked(t, sysctls) })
-	return errs
+func newEntered(t Target, verb string) *entered {
+	return &entered{t: t, verb: verb, errs: map[sysctl.Namespace]error{}}
 }
 
-func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
-	var errs []WriteError
-	if err := nsthread.WritableProcSys(); err != nil {
-		for _, s := range sysctls {
-			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
-		}
-		return errs
-	}
-	entered := map[sysctl.Namespace]error{}
-	enter := func(ns sysctl.Namespace) error {
-		if err, done := entered[ns]; done {
-			return err
-		}
-		err := setns(t, ns)
-		entered[ns] = err
+// into moves the thread into the namespace key lives in.
+func (e *entered) into(key string) error {
+	ns := sysctl.NamespaceOf(key)
+	if err, done := e.errs[ns]; done {
 		return err
 	}
-	for _, s := range sysctls {
-		ns := sysctl.NamespaceOf(s.Key())
-		if err := enter(ns); err != nil {
-			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
-			continue
-		}
-		if err := os.WriteFile(sysctl.Path(s.Key()), []byte(s.Value()), 0o644); err != nil {
-			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: unwrapPathError(err)})
-		}
-	}
-	return errs
+	err := setns(e.t, ns, e.verb)
+	e.errs[ns] = err
+	return err
 }
-
-// writable lists the namespaces Write can enter: a user namespace's
-// sysctls are not the pod's to set from the host.
-var writable = []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS}
 
 // setns moves the calling (locked) thread into the pod's namespace for ns.
 // It checks the namespace it has open, not a path that could meanwhile
 // name another one, and enters that same fd.
-func setns(t Target, ns sysctl.Namespace) error {
-	if !slices.Contains(writable, ns) {
-		return fmt.Errorf("namespace mode cannot write %s sysctls", ns)
+func setns(t Target, ns sysctl.Namespace, verb string) error {
+	if !slices.Contains(enterable, ns) {
+		return fmt.Errorf("cannot %s %s sysctls from the host", verb, ns)
 	}
 	ref, own := t[ns]
 	if !own {
@@ -177,12 +155,4 @@ func refuseHostOrOwn(fd int, where string, ns sysctl.Namespace) error {
 func sameAs(st unix.Stat_t, path string) bool {
 	var other unix.Stat_t
 	return unix.Stat(path, &other) == nil && st.Dev == other.Dev && st.Ino == other.Ino
-}
-
-func unwrapPathError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("writing %s: %w", pe.Path, pe.Err)
-	}
-	return err
 }

@@ -1,4 +1,4 @@
-package nswrite
+package podns
 
 import (
 	"path/filepath"

@@ -1,0 +1,226 @@
+package kubeapi
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeAPIServer serves GET and JSON-patch PATCH of one node, enough to
+// check what the plugin sends, with the API server's answers.
+type fakeAPIServer struct {
+	*httptest.Server
+	t       *testing.T
+	node    string
+	mu      sync.Mutex
+	taints  []any
+	tokens  []string // Authorization of each request
+	gets    int
+	patches int
+	status  int               // answer every request with this status when set
+	onPatch func([]any) []any // changes the taints just before a PATCH applies (a racing writer)
+}
+
+func newFakeAPIServer(t *testing.T, node string, taints ...map[string]any) *fakeAPIServer {
+	f := &fakeAPIServer{t: t, node: node}
+	for _, tt := range taints {
+		f.taints = append(f.taints, tt)
+	}
+	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokens = append(f.tokens, r.Header.Get("Authorization"))
+	w.Header().Set("Content-Type", "application/json")
+	if f.status != 0 {
+		w.WriteHeader(f.status)
+		json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "message": `nodes "` + f.node + `" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "nodes"`})
+		return
+	}
+	if r.URL.Path != "/api/v1/nodes/"+f.node {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		f.gets++
+		json.NewEncoder(w).Encode(map[string]any{"kind": "Node", "metadata": map[string]any{"name": f.node}, "spec": map[string]any{"taints": f.taints}})
+	case http.MethodPatch:
+		f.patches++
+		if ct := r.Header.Get("Content-Type"); ct != "application/json-patch+json" {
+			f.t.Errorf("PATCH Content-Type %q, want application/json-patch+json", ct)
+		}
+		if f.onPatch != nil {
+			f.taints = f.onPatch(f.taints)
+			f.onPatch = nil
+		}
+		body, _ := io.ReadAll(r.Body)
+		var ops []struct {
+			Op    string
+			Path  string
+			Value any
+		}
+		if err := json.Unmarshal(body, &ops); err != nil {
+			f.t.Errorf("PATCH body %s: %v", body, err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		taints := append([]any(nil), f.taints...)
+		for _, op := range ops {
+			var i int
+			if _, err := fmtSscan(op.Path, &i); err != nil || i >= len(taints) {
+				w.WriteHeader(http.StatusUnprocessableEntity)
+				return
+			}
+			switch op.Op {
+			case "test":
+				if !reflect.DeepEqual(taints[i], op.Value) {
+					w.WriteHeader(http.StatusUnprocessableEntity)
+					json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "message": "the server rejected our request due to an error in our request"})
+					return
+				}
+			case "remove":
+				taints = append(taints[:i], taints[i+1:]...)
+			default:
+				f.t.Errorf("unexpected op %q", op.Op)
+			}
+		}
+		f.taints = taints
+		json.NewEncoder(w).Encode(map[string]any{"kind": "Node"})
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+}
+
+func fmtSscan(path string, i *int) (int, error) {
+	rest, ok := strings.CutPrefix(path, "/spec/taints/")
+	if !ok {
+		return 0, os.ErrInvalid
+	}
+	return 1, json.Unmarshal([]byte(rest), i)
+}
+
+func (f *fakeAPIServer) state() (taints []any, gets, patches int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]any(nil), f.taints...), f.gets, f.patches
+}
+
+// serviceAccount writes a token and the server's CA where a pod has them.
+func serviceAccount(t *testing.T, f *fakeAPIServer, token string) string {
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func testClient(t *testing.T, f *fakeAPIServer) (*Client, string) {
+	t.Helper()
+	saDir := serviceAccount(t, f, "token-1")
+	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
+	c, err := New(host, port, saDir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, saDir
+}
+
+// notReadyKey is the taint the plugin removes.
+const notReadyKey = "nri-sysctl.io/not-ready"
+
+func taint(key, effect string) map[string]any { return map[string]any{"key": key, "effect": effect} }
+
+// The token is read at each request: the kubelet rotates it.
+func TestClientRereadsToken(t *testing.T) {
+	f := newFakeAPIServer(t, "node-1", taint("a", "NoSchedule"))
+	c, saDir := testClient(t, f)
+	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(saDir, "token"), []byte("token-2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule"); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := []string{"Bearer token-1", "Bearer token-2"}; !reflect.DeepEqual(f.tokens, want) {
+		t.Fatalf("Authorization headers %q, want %q", f.tokens, want)
+	}
+}
+
+// The server must be the cluster's: a certificate from another CA fails.
+func TestClientVerifiesServer(t *testing.T) {
+	f := newFakeAPIServer(t, "node-1")
+	saDir := serviceAccount(t, f, "tok")
+	// A CA of its own: every httptest server has the same certificate.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(saDir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
+	c, err := New(host, port, saDir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("err = %v, want a certificate error", err)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	f := newFakeAPIServer(t, "node-1")
+	saDir := serviceAccount(t, f, "tok")
+	if _, err := New("", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("no host: %v", err)
+	}
+	if _, err := New("10.0.0.1", "443", t.TempDir(), "test"); err == nil || !strings.Contains(err.Error(), "ca.crt") {
+		t.Errorf("no CA: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(saDir, "ca.crt"), []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New("10.0.0.1", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("bad CA: %v", err)
+	}
+	saDir = serviceAccount(t, f, "tok")
+	os.Remove(filepath.Join(saDir, "token"))
+	if _, err := New("10.0.0.1", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Errorf("no token: %v", err)
+	}
+}

@@ -1,0 +1,57 @@
+package podns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// WriteError is one sysctl that could not be written: its key, the value
+// tried and why (the errno, for a write the kernel refused).
+type WriteError struct {
+	Key   string
+	Value string
+	Err   error
+}
+
+func (e WriteError) Error() string { return fmt.Sprintf("%s %q: %v", e.Key, e.Value, e.Err) }
+
+// Write sets each sysctl inside the target namespaces. It returns one error
+// per failed key; the others are still written.
+func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
+	var errs []WriteError
+	nsthread.Run(func() { errs = writeLocked(t, sysctls) })
+	return errs
+}
+
+func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
+	var errs []WriteError
+	if err := nsthread.WritableProcSys(); err != nil {
+		for _, s := range sysctls {
+			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
+		}
+		return errs
+	}
+	in := newEntered(t, "write")
+	for _, s := range sysctls {
+		if err := in.into(s.Key()); err != nil {
+			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
+			continue
+		}
+		if err := os.WriteFile(sysctl.Path(s.Key()), []byte(s.Value()), 0o644); err != nil {
+			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: unwrapPathError(err)})
+		}
+	}
+	return errs
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("writing %s: %w", pe.Path, pe.Err)
+	}
+	return err
+}

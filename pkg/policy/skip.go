@@ -1,0 +1,47 @@
+package policy
+
+// SkipCode is why a configured key does not reach a container. Its table
+// below gives each code its metric label and its text; Skipped.Reason is
+// that text with the case's detail.
+type SkipCode uint8
+
+const (
+	// SkipHostNamespace: the pod shares the host's namespace of the key.
+	SkipHostNamespace SkipCode = iota
+	// SkipPodOwn: the pod sets the key itself.
+	SkipPodOwn
+	// SkipExisting: the runtime or a lower-index plugin set it already.
+	SkipExisting
+	// SkipUserNamespace: the kernel refuses the key inside the pod's user
+	// namespace, or a GID range has no GID mapped there.
+	SkipUserNamespace
+	// SkipWriteFailed: namespace mode could not write the key into the
+	// pod's namespaces. The writer reports it; Decide never does.
+	SkipWriteFailed
+
+	// NumSkipCodes counts the codes, for tables indexed by code.
+	NumSkipCodes = iota
+)
+
+// Skip reasons, stable for logs and tests.
+const (
+	ReasonHostNamespace = "pod shares the host's namespace"
+	ReasonPodOwn        = "pod sets it itself"
+	ReasonExisting      = "already set on the container (runtime or another plugin)"
+	ReasonUserNamespace = "the kernel refuses it inside a user namespace"
+	ReasonWriteFailed   = "write failed"
+)
+
+var skipCodes = [NumSkipCodes]struct{ label, text string }{
+	SkipHostNamespace: {"host_namespace", ReasonHostNamespace},
+	SkipPodOwn:        {"pod_own", ReasonPodOwn},
+	SkipExisting:      {"existing", ReasonExisting},
+	SkipUserNamespace: {"user_namespace", ReasonUserNamespace},
+	SkipWriteFailed:   {"write_failed", ReasonWriteFailed},
+}
+
+// Label names the code in metrics (nri_sysctl_sysctls_skipped_total{reason}).
+func (c SkipCode) Label() string { return skipCodes[c].label }
+
+// String is the code's reason without its detail.
+func (c SkipCode) String() string { return skipCodes[c].text }

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+)
+
+// Annotations recorded on each container the plugin decides for, so that
+// `crictl inspect` shows what it did, and so that a restarted plugin can
+// tell at Synchronize which running containers it never saw.
+const (
+	annotationInjected = "nri-sysctl.io/injected"
+	annotationSkipped  = "nri-sysctl.io/skipped"
+	annotationOutcome  = "nri-sysctl.io/outcome"
+)
+
+// outcome is what one container got. Its table below is the one list of
+// outcomes: the outcome annotation, the metric label, the logs and audit's
+// verdict all read it.
+type outcome uint8
+
+const (
+	outcomeApplied outcome = iota
+	outcomeNothingToApply
+	outcomeExcluded
+	outcomeLookupFailed
+	outcomeWriteFailed
+
+	numOutcomes = iota
+)
+
+var outcomes = [numOutcomes]struct {
+	// name is the annotation's value and the metric's label.
+	name string
+	// lacking: the container lacks the defaults, for audit's reason why.
+	lacking string
+}{
+	outcomeApplied:        {name: "applied"},
+	outcomeNothingToApply: {name: "nothing_to_apply"},
+	outcomeExcluded:       {name: "excluded"},
+	outcomeLookupFailed:   {name: "lookup_failed", lacking: "the plugin could not read the pod's own sysctls and set nothing"},
+	outcomeWriteFailed:    {name: "write_failed", lacking: "some sysctls could not be written into the pod's namespaces"},
+}
+
+func (o outcome) String() string { return outcomes[o].name }
+
+// parseOutcome reads an outcome annotation; ok is false for a value no
+// outcome has.
+func parseOutcome(name string) (o outcome, ok bool) {
+	for o := range outcome(numOutcomes) {
+		if outcomes[o].name == name {
+			return o, true
+		}
+	}
+	return 0, false
+}
+
+// appliedOrNothing is the outcome of a container that got what it was given.
+func appliedOrNothing(applied []sysctl.Sysctl) outcome {
+	if len(applied) > 0 {
+		return outcomeApplied
+	}
+	return outcomeNothingToApply
+}
+
+// containerResult is what CreateContainer found for one container: finish turns it
+// into the annotations, the counts and the log line, so the three agree.
+type containerResult struct {
+	outcome outcome
+	// excludedBy names the exclusion criterion (outcomeExcluded).
+	excludedBy string
+	// applied is what the container really has; onSpec is set in spec
+	// mode, where the plugin puts applied on the container's spec.
+	applied []sysctl.Sysctl
+	onSpec  bool
+	// skipped holds the keys it does not get, write failures included.
+	skipped []policy.Skipped
+	// err fails the request (onError: fail), with no annotation.
+	err error
+}
+
+// finish annotates the container with its outcome, counts it and logs it.
+func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResult) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	m := p.meter.Load()
+	if d.err != nil {
+		m.containerOutcome(d.outcome)
+		return nil, nil, d.err
+	}
+	adj := &api.ContainerAdjustment{}
+	if d.onSpec {
+		for _, s := range d.applied {
+			adj.SetLinuxSysctl(s.Key(), s.Value())
+		}
+	}
+	if len(d.applied) > 0 {
+		adj.AddAnnotation(annotationInjected, formatApplied(d.applied))
+	}
+	skipped := formatSkipped(d.skipped)
+	if skipped != "" {
+		adj.AddAnnotation(annotationSkipped, skipped)
+	}
+	adj.AddAnnotation(annotationOutcome, d.outcome.String())
+	// Only a container that was decided for counts its keys: an excluded
+	// one, or one whose pod could not be looked up, was given none.
+	switch d.outcome {
+	case outcomeExcluded, outcomeLookupFailed:
+		m.containerOutcome(d.outcome)
+	default:
+		m.decided(pod.GetId(), d.outcome, d.applied, d.skipped)
+	}
+	if !p.log.IsLevelEnabled(logrus.DebugLevel) {
+		return adj, nil, nil // the fields below allocate
+	}
+	log := p.podLog(pod).WithField("container", ctr.GetName())
+	switch d.outcome {
+	case outcomeExcluded:
+		log.WithFields(logrus.Fields{"outcome": d.outcome.String(), "reason": d.excludedBy}).Debug("decision")
+	case outcomeLookupFailed:
+		// ownSysctls logged why.
+	default:
+		log.WithFields(logrus.Fields{"applied": formatApplied(d.applied), "skipped": skipped, "outcome": d.outcome.String()}).Debug("decision")
+		logSkippedKeys(log, d.skipped)
+	}
+	return adj, nil, nil
+}
+
+// logSkippedKeys logs, at debug level, one line per key a container did not
+// get, with the key and the reason as fields, so that a log query on
+// key=... finds them (the decision line holds them all in one field).
+func logSkippedKeys(log *logrus.Entry, skipped []policy.Skipped) {
+	for _, s := range skipped {
+		log.WithFields(logrus.Fields{"key": s.Key, "value": s.Value, "reason": s.Reason, "reason_code": s.Code.Label()}).Debug("sysctl skipped")
+	}
+}
+
+func formatApplied(list []sysctl.Sysctl) string {
+	parts := make([]string, len(list))
+	for i, s := range list {
+		parts[i] = s.Key() + "=" + s.Value()
+	}
+	return strings.Join(parts, ",")
+}
+
+func formatSkipped(list []policy.Skipped) string {
+	parts := make([]string, len(list))
+	for i, s := range list {
+		parts[i] = s.Key + " (" + s.Reason + ")"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// lackingDefaults lists running containers the plugin never decided for
+// (no outcome annotation, nor the older injected/skipped ones) in pods that
+// are not excluded and would get something.
+func lackingDefaults(pol *policy.Policy, pods map[string]*api.PodSandbox, ctrs []*api.Container) []*api.Container {
+	if pol.Empty() {
+		return nil
+	}
+	var out []*api.Container
+	for _, c := range ctrs {
+		pod := pods[c.GetPodSandboxId()]
+		if pod == nil || c.GetState() != api.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		ann := c.GetAnnotations()
+		if _, ok := ann[annotationOutcome]; ok {
+			continue
+		}
+		if _, ok := ann[annotationInjected]; ok {
+			continue
+		}
+		if _, ok := ann[annotationSkipped]; ok {
+			continue
+		}
+		// Without the pod's own sysctls (not looked up here) this is an
+		// upper bound: a pod that sets every key itself lacks nothing.
+		if d := pol.Decide(policy.Input{Pod: podInfo(pod)}); d.Excluded == "" && len(d.Apply) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}

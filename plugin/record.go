@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// podRecord is what the plugin decided for one pod and what really
+// happened to it. It is made when the pod is first seen (RunPodSandbox, or
+// its first container when the plugin came up after the pod) and every
+// later event of the pod reads it, so annotations, logs and counts agree
+// with what was written.
+type podRecord struct {
+	id string
+	// cfg and mode are those in force when the pod was first seen: a
+	// reload or a new mode applies to pods created after it, never to
+	// part of a pod's containers.
+	cfg  *loaded
+	mode runtimemode.Mode
+
+	// lookupSlot is held by the lookup in flight, so a pod is looked up
+	// once however many containers it starts at the same time.
+	lookupSlot chan struct{}
+
+	mu  sync.Mutex
+	own podsysctl.PodSysctls
+	// lookedUp is set once own holds a successful lookup; a failed one is
+	// tried again at the pod's next container.
+	lookedUp       bool
+	lookupFailures int
+
+	// Namespace mode only.
+	written   []sysctl.Sysctl    // keys really in the pod's namespaces
+	writeErrs []podns.WriteError // keys the last attempt failed on
+	writes    writeState
+}
+
+// writeState is where a namespace-mode pod stands.
+type writeState int
+
+const (
+	// notWritten: nothing attempted yet (RunPodSandbox was missed, or the
+	// pod's own sysctls could not be read yet).
+	notWritten writeState = iota
+	// writeFailed: some keys failed with onError: warn; they are tried
+	// again at the pod's next container.
+	writeFailed
+	// writeDone: every key the decision gave is in the pod's namespaces.
+	writeDone
+)
+
+func (w writeState) String() string {
+	switch w {
+	case notWritten:
+		return "not written"
+	case writeFailed:
+		return "write failed"
+	case writeDone:
+		return "written"
+	}
+	return "not written"
+}
+
+// ownSysctls returns the pod's own sysctls, looking them up the first time
+// (and again after a failure), within ctx as bound narrows it. fresh is true for the call that
+// did the lookup, which reports what it found.
+func (r *podRecord) ownSysctls(ctx context.Context, bound func(context.Context) (context.Context, context.CancelFunc), fetch func(context.Context, string) (podsysctl.PodSysctls, error)) (own podsysctl.PodSysctls, fresh bool, err error) {
+	if own, ok := r.cachedOwn(); ok {
+		return own, false, nil
+	}
+	// Waiting for a lookup in flight, or doing one, is bounded.
+	ctx, cancel := bound(ctx)
+	defer cancel()
+	select {
+	case r.lookupSlot <- struct{}{}:
+	case <-ctx.Done():
+		return podsysctl.PodSysctls{}, false, fmt.Errorf("waiting for the pod's lookup: %w", context.Cause(ctx))
+	}
+	defer func() { <-r.lookupSlot }()
+	if own, ok := r.cachedOwn(); ok {
+		return own, false, nil
+	}
+	own, err = fetch(ctx, r.id)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.lookupFailures++
+		return podsysctl.PodSysctls{}, r.lookupFailures == 1, err
+	}
+	r.own, r.lookedUp = own, true
+	return own, true, nil
+}
+
+func (r *podRecord) cachedOwn() (podsysctl.PodSysctls, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.own, r.lookedUp
+}
+
+// needsWrite tells whether namespace mode still owes the pod its sysctls.
+func (r *podRecord) needsWrite() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes != writeDone
+}
+
+// recordWrite keeps what an attempt wrote: keys that were written stay
+// written; the failed ones are tried again at the next container.
+func (r *podRecord) recordWrite(attempted []sysctl.Sysctl, errs []podns.WriteError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	failed := make(map[string]bool, len(errs))
+	for _, e := range errs {
+		failed[e.Key] = true
+	}
+	for _, s := range attempted {
+		if !failed[s.Key()] && !hasKey(r.written, s.Key()) {
+			r.written = append(r.written, s)
+		}
+	}
+	r.writeErrs = errs
+	if len(errs) == 0 {
+		r.writes = writeDone
+	} else {
+		r.writes = writeFailed
+	}
+}
+
+// namespaceOutcome is what the pod's namespaces hold and what failed, for
+// annotations.
+func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.WriteError, state writeState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
+}
+
+func hasKey(list []sysctl.Sysctl, key string) bool {
+	for _, s := range list {
+		if s.Key() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// podRecords holds a record per live pod.
+type podRecords struct {
+	mu   sync.Mutex
+	pods map[string]*podRecord
+}
+
+func newPodRecords() *podRecords { return &podRecords{pods: map[string]*podRecord{}} }
+
+// get returns the pod's record, making it with newRecord on first sight.
+func (s *podRecords) get(podID string, newRecord func() *podRecord) *podRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.pods[podID]; ok {
+		return r
+	}
+	r := newRecord()
+	r.id = podID
+	r.lookupSlot = makeSlot()
+	s.pods[podID] = r
+	return r
+}
+
+func makeSlot() chan struct{} { return make(chan struct{}, 1) }
+
+func (s *podRecords) forget(podID string) {
+	s.mu.Lock()
+	delete(s.pods, podID)
+	s.mu.Unlock()
+}
+
+// retain drops every pod for which keep returns false: pods removed while
+// the plugin was not connected, whose RemovePodSandbox it never saw.
+func (s *podRecords) retain(keep func(podID string) bool) {
+	s.mu.Lock()
+	for id := range s.pods {
+		if !keep(id) {
+			delete(s.pods, id)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *podRecords) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pods)
+}

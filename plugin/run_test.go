@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBackoff(t *testing.T) {
+	b := newBackoff(500*time.Millisecond, 2*time.Second)
+	var got []time.Duration
+	for i := 0; i < 5; i++ {
+		got = append(got, b.next())
+	}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("backoff = %v, want %v", got, want)
+	}
+	b.reset()
+	if d := b.next(); d != 500*time.Millisecond {
+		t.Fatalf("after reset: %v", d)
+	}
+}
+
+func TestPluginRefusesToStartOnBadConfig(t *testing.T) {
+	path := writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), path+":2: sysctls.vm.swappiness: vm.swappiness is not namespaced") {
+		t.Fatalf("stderr lacks the validate message:\n%s", stderr.String())
+	}
+}
+
+func TestPluginRefusesInsecureConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the check wants root-owned files")
+	}
+	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "writable by group or others (mode 0666)") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
