@@ -73,10 +73,11 @@ func runAudit(address, namespace, cfgPath string, read bool, timeout time.Durati
 	}
 	var pol *policy.Policy
 	if cfg != nil {
+		var refused policy.UserNamespaceRefusals
 		if slices.ContainsFunc(found, func(c auditContainer) bool { return c.pod.decision.Pod.Own.Has(sysctl.User) }) {
-			probeUserNamespaceRefusals(cfg, stderr)
+			refused = probeUserNamespaceRefusals(cfg, stderr)
 		}
-		pol = policy.Compile(cfg)
+		pol = policy.Compile(cfg, refused)
 	}
 	lines := make([]auditLine, 0, len(found))
 	for _, c := range found {

@@ -13,8 +13,8 @@ import (
 
 func TestAuditJudge(t *testing.T) {
 	pol := policy.Compile(mustParse(t, testConfig+`  labels: {nri-sysctl: "off"}
-`))
-	empty := policy.Compile(mustParse(t, ""))
+`), nil)
+	empty := policy.Compile(mustParse(t, ""), nil)
 	own := policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
 	plain := policy.Input{Pod: policy.Pod{Namespace: "default", Name: "web", Own: own}}
 	excluded := policy.Input{Pod: policy.Pod{Namespace: "kube-system", Name: "dns", Own: own}}
@@ -82,7 +82,7 @@ func TestAuditJudge(t *testing.T) {
 // Live values are compared as the kernel prints them (tabs between fields),
 // and ping_group_range in a user-namespace pod in host GIDs.
 func TestAuditJudgeLiveValueForms(t *testing.T) {
-	pol := policy.Compile(mustParse(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"))
+	pol := policy.Compile(mustParse(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"), nil)
 	pod := policy.Input{Pod: policy.Pod{Namespace: "default", Own: policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)}}
 	if v := judge(auditInput{policy: pol, decision: pod, live: map[string]podns.Value{"net.ipv4.ping_group_range": {Value: "0\t2147483647"}}}); !v.ok {
 		t.Errorf("tab-separated value: %+v", v)

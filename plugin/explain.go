@@ -56,8 +56,9 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
+		var refused policy.UserNamespaceRefusals
 		if !*skip && !*hostUsers {
-			probeUserNamespaceRefusals(cfg, stderr)
+			refused = probeUserNamespaceRefusals(cfg, stderr)
 		}
 		in := policy.Input{
 			Pod: policy.Pod{
@@ -78,7 +79,7 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 		if in.Pod.Own.Has(sysctl.User) {
 			in.GIDMappings = kubeletGIDMapping
 		}
-		for _, line := range explain(cfg, in) {
+		for _, line := range explain(cfg, refused, in) {
 			fmt.Fprintln(stdout, line)
 		}
 		return 0
@@ -88,7 +89,7 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 // probeUserNamespaceRefusals finds, as the plugin does at start-up, the
 // keys the kernel refuses in a user namespace: they are left out for
 // user-namespace pods.
-func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) {
+func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) policy.UserNamespaceRefusals {
 	res, err := checkUserNamespace(cfg)
 	var problems config.Problems
 	switch {
@@ -96,22 +97,16 @@ func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) {
 		fmt.Fprintf(stderr, "warning: the plugin would refuse this config: %v\n", problems)
 	case err != nil:
 		fmt.Fprintf(stderr, "warning: cannot tell which sysctls user-namespace pods may set: %v\n", err)
-		return
+		return nil
 	}
-	cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
-	for w, keys := range res.Refused {
-		cfg.RefusedInUserNamespace[w] = map[string]bool{}
-		for k := range keys {
-			cfg.RefusedInUserNamespace[w][k] = true
-		}
-	}
+	return policy.RefusalsOf(res.Refused)
 }
 
 // explain is the report: one line per configured key (sorted, the order
 // the decision walks them), then the rules that matched in the order they
 // apply, then the exclusion.
-func explain(cfg *config.Config, in policy.Input) []string {
-	pol := policy.Compile(cfg)
+func explain(cfg *config.Config, refused policy.UserNamespaceRefusals, in policy.Input) []string {
+	pol := policy.Compile(cfg, refused)
 	d := pol.Decide(in)
 	var lines []string
 	for _, key := range cfg.AllKeys() {

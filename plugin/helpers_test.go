@@ -17,13 +17,16 @@ import (
 // pods up through f.
 func (p *plugin) useFetcher(f podsysctl.Fetcher) {
 	p.connect = func(*config.Config) (podsysctl.Fetcher, error) { return f, nil }
-	cur := p.current.Load()
-	p.current.Store(&loaded{cfg: cur.cfg, policy: cur.policy, lookup: p.meter.Load().meterLookups(f)})
+	next := *p.current.Load()
+	next.lookup = p.meter.Load().meterLookups(f)
+	p.current.Store(&next)
 }
 
 // setConfig puts cfg in force without the probe or a mode change.
 func (p *plugin) setConfig(cfg *config.Config) {
-	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: p.current.Load().lookup})
+	next := *p.current.Load()
+	next.cfg, next.refused, next.policy = cfg, nil, policy.Compile(cfg, nil)
+	p.current.Store(&next)
 }
 
 // hasRecord tells whether the plugin keeps a record for the pod.

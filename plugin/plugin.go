@@ -20,8 +20,8 @@ import (
 // would crash the runtime fails the registration.
 func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion string) (api.EventMask, error) {
 	rt := runtimemode.Runtime{Name: runtimeName, Version: runtimeVersion}
-	if p.stub != nil {
-		rt.NRIVersion = reportedNRIVersion(p.stub.RuntimeNRIVersion(), runtimeName, runtimeVersion)
+	if r := p.stub.Load(); r != nil {
+		rt.NRIVersion = reportedNRIVersion(r.runtime.RuntimeNRIVersion(), runtimeName, runtimeVersion)
 	}
 	p.runtime.Store(&rt)
 	if strings.TrimSpace(text) != "" {
@@ -34,7 +34,7 @@ func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion 
 			return 0, err
 		}
 		p.log.WithFields(logrus.Fields{"defaults": len(cfg.Sysctls), "rules": len(cfg.Rules)}).Info("config from the runtime")
-	} else if err := p.setMode(p.current.Load().cfg); err != nil {
+	} else if err := p.applyMode(); err != nil {
 		p.log.WithError(err).Error("refusing to register")
 		return 0, err
 	}
@@ -74,7 +74,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(podInfo(pod)) != "" {
 		return nil
 	}
-	if rec.mode != runtimemode.Namespace {
+	if rec.cfg.mode != runtimemode.Namespace {
 		go p.prefetch(rec, pod)
 		return nil
 	}
@@ -107,7 +107,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		// Only the outcome: a restarted plugin, or audit, can then tell
 		// an excluded container from one created while it was away.
 		d = containerResult{outcome: outcomeExcluded, excludedBy: why}
-	case rec.mode == runtimemode.Namespace:
+	case rec.cfg.mode == runtimemode.Namespace:
 		d = p.decideInNamespaceMode(ctx, rec, pod)
 	default:
 		d = p.decideInSpecMode(ctx, rec, pod, ctr)

@@ -48,7 +48,7 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	if !ok {
 		return policy.Decision{}, own, false
 	}
-	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: writerFor(rec.mode)}
+	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: writerFor(rec.cfg.mode)}
 	return rec.cfg.policy.Decide(in), own, true
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
-	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -18,11 +17,10 @@ import (
 // with what was written.
 type podRecord struct {
 	id string
-	// cfg and mode are those in force when the pod was first seen: a
+	// cfg is the config and mode in force when the pod was first seen: a
 	// reload or a new mode applies to pods created after it, never to
 	// part of a pod's containers.
-	cfg  *loaded
-	mode runtimemode.Mode
+	cfg *loaded
 
 	// lookupSlot is held by the lookup in flight, so a pod is looked up
 	// once however many containers it starts at the same time.

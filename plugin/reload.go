@@ -13,48 +13,24 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
 // applyConfig puts a validated config in force whole, or nothing of it:
 // the mode it calls for must be one the runtime can take, and its
-// containerd must be reachable by a lookup, before the config, its policy
-// and its lookup are swapped in as one.
+// containerd must be reachable by a lookup, before the config, what the
+// probes found for it, its policy, its lookup and its mode are swapped in
+// as one.
 func (p *plugin) applyConfig(cfg *config.Config) error {
+	p.applying.Lock()
+	defer p.applying.Unlock()
 	if err := checkInheritanceExpanded(cfg); err != nil {
 		return err
 	}
-	if keys := cfg.AllKeys(); p.check != nil && len(keys) > 0 {
-		res, err := checkUserNamespace(cfg)
-		var problems config.Problems
-		if errors.As(err, &problems) {
-			return problems
-		}
-		if errors.Is(err, probe.ErrUserNamespacesDisabled) {
-			p.log.WithError(err).Warn("no pod can have a user namespace, so no key is left out for one")
-			res, err = probe.UserNamespaceResult{}, nil
-		}
-		if err != nil {
-			// Without a result, user-namespace pods would get keys the
-			// kernel refuses them: keep the last result if it covers
-			// every key, or else keep the config in force.
-			prev := p.current.Load().cfg
-			if prev.RefusedInUserNamespace == nil || !allIn(keys, prev.AllKeys()) {
-				return fmt.Errorf("cannot tell which sysctls user-namespace pods may set: %w (use --skip-kernel-check to leave the probes out)", err)
-			}
-			p.log.WithError(err).Warn("cannot tell which sysctls user-namespace pods may set; keeping the previous result (the values for such pods were checked by host root only)")
-			cfg.RefusedInUserNamespace = prev.RefusedInUserNamespace
-		} else {
-			cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{}
-			for w, reasons := range res.Refused {
-				cfg.RefusedInUserNamespace[w] = map[string]bool{}
-				for _, k := range slices.Sorted(maps.Keys(reasons)) {
-					cfg.RefusedInUserNamespace[w][k] = true
-					p.log.WithFields(logrus.Fields{"key": k, "writer": w.String(), "reason": reasons[k].Error()}).Info("user-namespace pods do not get this key (userNamespaceRefused: fail keeps it)")
-				}
-			}
-		}
+	prev := p.current.Load()
+	refused, err := p.userNamespaceRefusals(cfg, prev)
+	if err != nil {
+		return err
 	}
 	lookup, err := p.connect(cfg)
 	if err != nil {
@@ -63,13 +39,54 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	if err := p.serveMetrics(cfg); err != nil {
 		return err
 	}
-	if err := p.setMode(cfg); err != nil {
+	mode, err := p.chosenMode(cfg, prev.mode)
+	if err != nil {
 		return err
 	}
-	prev := p.current.Load().cfg
-	p.current.Store(&loaded{cfg: cfg, policy: policy.Compile(cfg), lookup: p.meter.Load().meterLookups(lookup)})
-	logInheritance(p.log, prev, cfg)
+	next := &loaded{cfg: cfg, refused: refused, policy: policy.Compile(cfg, refused), lookup: p.meter.Load().meterLookups(lookup), mode: mode}
+	if beforeConfigStore != nil {
+		beforeConfigStore()
+	}
+	p.current.Store(next)
+	logInheritance(p.log, prev.cfg, cfg)
 	return nil
+}
+
+// beforeConfigStore, when set by a test, runs just before a config is put
+// in force.
+var beforeConfigStore func()
+
+// userNamespaceRefusals runs the user namespace probe for cfg (when the
+// kernel check is on) and returns the keys to leave out for such pods. A
+// value a writer is refused rejects cfg. Without a result, user-namespace
+// pods would get keys the kernel refuses them: the last result is kept if
+// it covers every key, or else cfg is rejected.
+func (p *plugin) userNamespaceRefusals(cfg *config.Config, prev *loaded) (policy.UserNamespaceRefusals, error) {
+	keys := cfg.AllKeys()
+	if p.check == nil || len(keys) == 0 {
+		return nil, nil
+	}
+	res, err := checkUserNamespace(cfg)
+	var problems config.Problems
+	switch {
+	case errors.As(err, &problems):
+		return nil, problems
+	case errors.Is(err, probe.ErrUserNamespacesDisabled):
+		p.log.WithError(err).Warn("no pod can have a user namespace, so no key is left out for one")
+		return policy.UserNamespaceRefusals{}, nil
+	case err != nil:
+		if prev.refused == nil || !allIn(keys, prev.cfg.AllKeys()) {
+			return nil, fmt.Errorf("cannot tell which sysctls user-namespace pods may set: %w (use --skip-kernel-check to leave the probes out)", err)
+		}
+		p.log.WithError(err).Warn("cannot tell which sysctls user-namespace pods may set; keeping the previous result (the values for such pods were checked by host root only)")
+		return prev.refused, nil
+	}
+	for w, reasons := range res.Refused {
+		for _, k := range slices.Sorted(maps.Keys(reasons)) {
+			p.log.WithFields(logrus.Fields{"key": k, "writer": w.String(), "reason": reasons[k].Error()}).Info("user-namespace pods do not get this key (userNamespaceRefused: fail keeps it)")
+		}
+	}
+	return policy.RefusalsOf(res.Refused), nil
 }
 
 // probeUserNamespace is swapped in tests.

@@ -159,3 +159,28 @@ func TestReloadedModeAppliesToNewPods(t *testing.T) {
 		t.Errorf("a new pod must get namespace mode: adj %v, writes %v", adj, w.calls)
 	}
 }
+
+// Issue 22: a pod first seen while a reload that changes mode: is being
+// put in force must get one load's config and mode, never the old config
+// with the new mode (they were two atomics, stored mode first). The hook
+// runs where the second store came.
+func TestReloadSwapsConfigAndModeAsOne(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	if p.mode() != runtimemode.Spec {
+		t.Fatalf("mode %s on 2.4.2, want spec", p.mode())
+	}
+	old := p.current.Load().cfg
+	var rec *podRecord
+	beforeConfigStore = func() { rec = p.record(testPod("mid-reload", "network", "ipc", "uts")) }
+	t.Cleanup(func() { beforeConfigStore = nil })
+	p.reload(writeFile(t, testConfig+"mode: namespace\n"))
+	if p.mode() != runtimemode.Namespace {
+		t.Fatalf("the reload did not put namespace mode in force: %s", p.mode())
+	}
+	if rec == nil {
+		t.Fatal("the hook did not run")
+	}
+	if rec.cfg.cfg != old || rec.cfg.mode != runtimemode.Spec {
+		t.Fatalf("the pod seen mid-reload has config mode %q in mode %s: a config and a mode of different loads", rec.cfg.cfg.Mode, rec.cfg.mode)
+	}
+}

@@ -218,7 +218,7 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 	if err != nil {
 		return false, fmt.Errorf("creating NRI stub: %w", err)
 	}
-	p.stub = s
+	p.setStub(s)
 	// Configure marked the plugin registered (metrics.go); read the meter
 	// when the connection ends: Configure may have just started metrics.
 	defer func() { p.meter.Load().connected(false) }()

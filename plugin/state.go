@@ -21,12 +21,16 @@ import (
 // no request deadline covers.
 const prefetchTimeout = 10 * time.Second
 
-// loaded is a validated config, its compiled policy and the containerd
-// connection its pods are looked up through, swapped as one.
+// loaded is a validated config, what the user namespace probe found for
+// it, its compiled policy, the containerd connection its pods are looked
+// up through and the mode its sysctls reach pods in, swapped as one: a pod
+// record reads them from one load.
 type loaded struct {
-	cfg    *config.Config
-	policy *policy.Policy
-	lookup podsysctl.Fetcher
+	cfg     *config.Config
+	refused policy.UserNamespaceRefusals
+	policy  *policy.Policy
+	lookup  podsysctl.Fetcher
+	mode    runtimemode.Mode
 }
 
 type plugin struct {
@@ -36,19 +40,20 @@ type plugin struct {
 	// allowInsecureConfig accepts a config file anyone but root could write.
 	allowInsecureConfig bool
 
-	current   atomic.Pointer[loaded]
-	runtime   atomic.Pointer[runtimemode.Runtime] // set at Configure
-	applyMode atomic.Value                        // runtimemode.Mode
-	records   *podRecords
+	current atomic.Pointer[loaded]
+	// applying serializes what puts a config or mode in force (a reload,
+	// Configure), so that none is lost to another.
+	applying sync.Mutex
+	runtime  atomic.Pointer[runtimemode.Runtime] // set at Configure
+	records  *podRecords
 
 	// connect returns the lookup for a config's containerd; it runs
 	// before the config is put in force.
 	connect func(*config.Config) (podsysctl.Fetcher, error)
-	// stub answers what the runtime told NRI at registration; nil in tests.
-	stub interface {
-		RuntimeNRIVersion() string
-		RequestTimeout() time.Duration
-	}
+	// stub answers what the runtime told NRI at registration; unset in
+	// tests. Each reconnection sets it anew while handlers of the last
+	// connection may still read it.
+	stub atomic.Pointer[registration]
 	// synchronized is closed after the first Synchronize: the runtime
 	// sends pod events to the plugin only from then on.
 	synchronized     chan struct{}
@@ -63,6 +68,9 @@ type plugin struct {
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
+	if modeOverride == "" {
+		modeOverride = runtimemode.Auto
+	}
 	p := &plugin{
 		log:             log,
 		check:           check,
@@ -72,10 +80,21 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		synchronized:    make(chan struct{}),
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
 	}
-	p.applyMode.Store(runtimemode.Spec)
-	p.current.Store(&loaded{cfg: &config.Config{Mode: config.ModeAuto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}), lookup: noLookup{}})
+	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p
 }
+
+// runtimeInfo is what a connection's stub tells of the runtime.
+type runtimeInfo interface {
+	RuntimeNRIVersion() string
+	RequestTimeout() time.Duration
+}
+
+// registration holds the stub of the connection now serving.
+type registration struct{ runtime runtimeInfo }
+
+// setStub makes s the stub of the connection now serving.
+func (p *plugin) setStub(s runtimeInfo) { p.stub.Store(&registration{runtime: s}) }
 
 // noLookup serves until a config names a containerd.
 type noLookup struct{}
@@ -88,7 +107,7 @@ func (noLookup) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
 // when the pod is first seen.
 func (p *plugin) record(pod *api.PodSandbox) *podRecord {
 	return p.records.get(pod.GetId(), func() *podRecord {
-		return &podRecord{cfg: p.current.Load(), mode: p.mode()}
+		return &podRecord{cfg: p.current.Load()}
 	})
 }
 
@@ -102,8 +121,8 @@ func (p *plugin) podLog(pod *api.PodSandbox) *logrus.Entry {
 // runtime gave up on the plugin.
 func (p *plugin) withinDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	timeout := api.DefaultPluginRequestTimeout
-	if p.stub != nil && p.stub.RequestTimeout() > 0 {
-		timeout = p.stub.RequestTimeout()
+	if r := p.stub.Load(); r != nil && r.runtime.RequestTimeout() > 0 {
+		timeout = r.runtime.RequestTimeout()
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {

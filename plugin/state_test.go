@@ -52,3 +52,33 @@ func (blockingFetcher) Fetch(ctx context.Context, _ string) (podsysctl.PodSysctl
 	<-ctx.Done()
 	return podsysctl.PodSysctls{}, ctx.Err()
 }
+
+// fixedRuntime is a stub's view of the runtime with a fixed timeout.
+type fixedRuntime time.Duration
+
+func (fixedRuntime) RuntimeNRIVersion() string       { return "v0.12.3" }
+func (f fixedRuntime) RequestTimeout() time.Duration { return time.Duration(f) }
+
+// Issue 22: every reconnection sets the stub anew while a prefetch of the
+// last connection may still read it for its deadline. Run under -race
+// (make unit does): a plain field would be a data race here.
+func TestStubSwapDuringDeadlines(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			p.setStub(fixedRuntime(time.Duration(i+1) * time.Second))
+		}
+	}()
+	for range 200 {
+		_, cancel := p.withinDeadline(context.Background())
+		cancel()
+	}
+	<-done
+	ctx, cancel := p.withinDeadline(context.Background())
+	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) < 190*time.Second {
+		t.Fatalf("deadline %v after the last stub (200 s): not read from it", time.Until(d))
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -105,11 +106,11 @@ func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
 	if err := p.applyConfig(mustParse(t, usernsConfig)); err != nil {
 		t.Fatal(err)
 	}
-	want := map[sysctl.Writer]map[string]bool{
+	want := policy.UserNamespaceRefusals{
 		sysctl.WriterInPod: {"kernel.domainname": true},
 		sysctl.WriterHost:  {"kernel.msgmax": true},
 	}
-	if got := p.current.Load().cfg.RefusedInUserNamespace; !reflect.DeepEqual(got, want) {
+	if got := p.current.Load().refused; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a probe: %v, want %v", got, want)
 	}
 
@@ -120,8 +121,8 @@ func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
 	if err := p.applyConfig(fewer); err != nil {
 		t.Fatalf("a reload whose keys were probed before: %v", err)
 	}
-	if cur := p.current.Load().cfg; cur != fewer || !reflect.DeepEqual(cur.RefusedInUserNamespace, want) {
-		t.Fatalf("in force: %v with %v; want the reload with the last result", cur.Sysctls, cur.RefusedInUserNamespace)
+	if cur := p.current.Load(); cur.cfg != fewer || !reflect.DeepEqual(cur.refused, want) {
+		t.Fatalf("in force: %v with %v; want the reload with the last result", cur.cfg.Sysctls, cur.refused)
 	}
 	// A key never probed: the reload is rejected, the config stays.
 	newKey := mustParse(t, usernsConfig+"  net.core.somaxconn: 4096\n")
@@ -156,7 +157,7 @@ func TestApplyConfigUserNamespacesDisabled(t *testing.T) {
 	if err := p.applyConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.current.Load().cfg.RefusedInUserNamespace; got == nil || len(got) != 0 {
+	if got := p.current.Load().refused; got == nil || len(got) != 0 {
 		t.Fatalf("RefusedInUserNamespace = %#v, want an empty result", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"gopkg.in/yaml.v3"
 )
@@ -69,7 +70,9 @@ type Config struct {
 	// Exclude lists pods that get nothing: a pod is excluded when any one
 	// of its criteria matches.
 	Exclude Selector
-	Mode    string
+	// Mode is how sysctls reach pods; runtimemode.Auto leaves it to the
+	// runtime.
+	Mode    runtimemode.Mode
 	OnError string
 	// ContainerdAddress and ContainerdNamespace, when set, say where to
 	// look pods up (the --containerd-address and --containerd-namespace
@@ -87,10 +90,6 @@ type Config struct {
 	// let a user-namespace pod set: skip it (the default) or keep it, so
 	// that the pod fails and the operator hears of it.
 	UserNamespaceRefused string
-	// RefusedInUserNamespace is not read from the file: the plugin fills it
-	// from its probe (probe.UserNamespace) with, for each writer, the keys
-	// the kernel refuses it in a pod that has its own user namespace.
-	RefusedInUserNamespace map[sysctl.Writer]map[string]bool
 	// InheritFromHost lists the inheritFromHost entries in file order.
 	// The host values they bring are in Sysctls, with Source SourceHost.
 	InheritFromHost []Inheritance
@@ -126,15 +125,12 @@ func (c *Config) Inherited() []Entry {
 	return out
 }
 
-// Modes and error policies (see the README).
+// Error policies (see the README).
 const (
-	ModeAuto      = "auto"
-	ModeSpec      = "spec"
-	ModeNamespace = "namespace"
-	OnErrorFail   = "fail"
-	OnErrorWarn   = "warn"
-	RefusedSkip   = "skip"
-	RefusedFail   = "fail"
+	OnErrorFail = "fail"
+	OnErrorWarn = "warn"
+	RefusedSkip = "skip"
+	RefusedFail = "fail"
 )
 
 // KeptInAnotherForm lists the entries, defaults then rules, whose value
@@ -212,7 +208,7 @@ type KernelChecker func(values map[string][]string) (refused map[string]error, s
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
-	p := &parser{file: source, cfg: &Config{Source: source, Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}}
+	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}}
 	sum := sha256.Sum256(data)
 	p.cfg.TextSHA256 = hex.EncodeToString(sum[:])
 	parsed := p.parse(data)
@@ -276,7 +272,7 @@ func (p *parser) parse(data []byte) bool {
 		"rules":           func(k, v *yaml.Node) { p.rules(v) },
 		"exclude":         func(k, v *yaml.Node) { p.cfg.Exclude = p.selector(v, "exclude") },
 		"mode": func(k, v *yaml.Node) {
-			p.cfg.Mode = p.oneOf(v, "mode", ModeAuto, ModeSpec, ModeNamespace)
+			p.cfg.Mode = runtimemode.Mode(p.oneOf(v, "mode", string(runtimemode.Auto), string(runtimemode.Spec), string(runtimemode.Namespace)))
 		},
 		"onError": func(k, v *yaml.Node) {
 			p.cfg.OnError = p.oneOf(v, "onError", OnErrorFail, OnErrorWarn)

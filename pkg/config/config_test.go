@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -431,7 +432,7 @@ func TestParseNoOp(t *testing.T) {
 			t.Errorf("Parse(%q): %v", data, err)
 			continue
 		}
-		want := &Config{Source: "f.yaml", Mode: ModeAuto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
+		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
 		// Present-but-empty fields may give empty, non-nil values.
 		if len(cfg.Sysctls) == 0 {
 			cfg.Sysctls = nil
@@ -523,7 +524,7 @@ func TestParseValid(t *testing.T) {
 			Labels:          map[string]string{"nri-sysctl.io/skip": "true"},
 			RuntimeHandlers: []string{"kata*"},
 		},
-		Mode:                 ModeNamespace,
+		Mode:                 runtimemode.Namespace,
 		OnError:              OnErrorWarn,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(data),
@@ -548,11 +549,15 @@ func TestParseValid(t *testing.T) {
 }
 
 func TestParseModes(t *testing.T) {
-	for _, tt := range []struct{ data, mode, onError string }{
-		{"mode: auto\n", ModeAuto, OnErrorFail},
-		{"mode: spec\n", ModeSpec, OnErrorFail},
-		{"mode: namespace\nonError: fail\n", ModeNamespace, OnErrorFail},
-		{"onError: warn\n", ModeAuto, OnErrorWarn},
+	for _, tt := range []struct {
+		data    string
+		mode    runtimemode.Mode
+		onError string
+	}{
+		{"mode: auto\n", runtimemode.Auto, OnErrorFail},
+		{"mode: spec\n", runtimemode.Spec, OnErrorFail},
+		{"mode: namespace\nonError: fail\n", runtimemode.Namespace, OnErrorFail},
+		{"onError: warn\n", runtimemode.Auto, OnErrorWarn},
 	} {
 		cfg := mustParse(t, tt.data, nil)
 		if cfg.Mode != tt.mode || cfg.OnError != tt.onError {
@@ -574,7 +579,7 @@ func TestLoadExample(t *testing.T) {
 			{Key: "net.ipv4.tcp_keepalive_probes", Value: "5", Line: 8},
 		},
 		Exclude:              Selector{Namespaces: []string{"kube-system"}},
-		Mode:                 ModeAuto,
+		Mode:                 runtimemode.Auto,
 		OnError:              OnErrorFail,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(string(readTestFile(t, "../../config/config.yaml"))),
@@ -917,7 +922,7 @@ func checkConfig(t *testing.T, cfg *Config) {
 		}
 	}
 	switch cfg.Mode {
-	case ModeAuto, ModeSpec, ModeNamespace:
+	case runtimemode.Auto, runtimemode.Spec, runtimemode.Namespace:
 	default:
 		t.Fatalf("mode %q", cfg.Mode)
 	}

@@ -50,7 +50,7 @@ func benchInput() Input {
 }
 
 func BenchmarkDecideSmall(b *testing.B) {
-	p := Compile(mustConfig(b, smallConfig))
+	p := Compile(mustConfig(b, smallConfig), nil)
 	in := benchInput()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -59,7 +59,7 @@ func BenchmarkDecideSmall(b *testing.B) {
 }
 
 func BenchmarkDecideLarge(b *testing.B) {
-	p := Compile(largeConfig(b))
+	p := Compile(largeConfig(b), nil)
 	in := benchInput()
 	if d := p.Decide(in); len(d.Apply) != 65 {
 		b.Fatalf("large config applied %d keys, want 65", len(d.Apply))
@@ -71,7 +71,7 @@ func BenchmarkDecideLarge(b *testing.B) {
 }
 
 func BenchmarkDecideExcluded(b *testing.B) {
-	p := Compile(largeConfig(b))
+	p := Compile(largeConfig(b), nil)
 	in := benchInput()
 	in.Pod.Namespace = "kube-system"
 	b.ReportAllocs()

@@ -22,7 +22,7 @@ func FuzzDecide(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p := Compile(cfg)
+		p := Compile(cfg, nil)
 		in := Input{
 			Pod: Pod{
 				Namespace: namespace, Labels: pairs(labels), RuntimeHandler: handler,

@@ -125,8 +125,27 @@ type indexedValue struct {
 	value string
 }
 
-// Compile prepares a validated config for Decide.
-func Compile(cfg *config.Config) *Policy {
+// UserNamespaceRefusals holds, for each writer, the keys the kernel
+// refuses it in a pod with its own user namespace: what the user namespace
+// probe found (probe.UserNamespace) for a config, beside it, never in it.
+type UserNamespaceRefusals map[sysctl.Writer]map[string]bool
+
+// RefusalsOf is the set of refused keys in a probe's result, which gives
+// each its reason.
+func RefusalsOf(reasons map[sysctl.Writer]map[string]error) UserNamespaceRefusals {
+	out := UserNamespaceRefusals{}
+	for w, keys := range reasons {
+		out[w] = map[string]bool{}
+		for k := range keys {
+			out[w][k] = true
+		}
+	}
+	return out
+}
+
+// Compile prepares a validated config for Decide, with the keys to leave
+// out for user-namespace pods (nil when the probe did not run).
+func Compile(cfg *config.Config, refused UserNamespaceRefusals) *Policy {
 	p := &Policy{keys: cfg.AllKeys(), exclude: compileSelector(cfg.Exclude)}
 	index := make(map[string]int, len(p.keys))
 	p.ns = make([]sysctl.Namespace, len(p.keys))
@@ -137,8 +156,8 @@ func Compile(cfg *config.Config) *Policy {
 	// userNamespaceRefused: fail keeps the keys, so that such pods fail
 	// and someone notices.
 	if cfg.UserNamespaceRefused != config.RefusedFail {
-		p.refusedInUserNS = make(map[sysctl.Writer][]bool, len(cfg.RefusedInUserNamespace))
-		for w, refused := range cfg.RefusedInUserNamespace {
+		p.refusedInUserNS = make(map[sysctl.Writer][]bool, len(refused))
+		for w, refused := range refused {
 			marks := make([]bool, len(p.keys))
 			for i, k := range p.keys {
 				marks[i] = refused[k]

@@ -51,7 +51,7 @@ func skipped(d Decision) map[string]string {
 }
 
 func TestDecideNamespaces(t *testing.T) {
-	p := Compile(mustConfig(t, baseConfig))
+	p := Compile(mustConfig(t, baseConfig), nil)
 	hostNet := ReasonHostNamespace + " (network)"
 	hostIPC := ReasonHostNamespace + " (ipc)"
 	hostUTS := ReasonHostNamespace + " (uts)"
@@ -136,7 +136,7 @@ func TestDecideNamespaces(t *testing.T) {
 }
 
 func TestDecidePrecedence(t *testing.T) {
-	p := Compile(mustConfig(t, baseConfig))
+	p := Compile(mustConfig(t, baseConfig), nil)
 	tests := []struct {
 		name        string
 		podOwn      map[string]string
@@ -229,7 +229,7 @@ exclude:
 `
 
 func TestDecideRulesAndExclusions(t *testing.T) {
-	p := Compile(mustConfig(t, rulesConfig))
+	p := Compile(mustConfig(t, rulesConfig), nil)
 	tests := []struct {
 		name         string
 		pod          Pod
@@ -303,7 +303,7 @@ func TestDecideRulesAndExclusions(t *testing.T) {
 }
 
 func TestDecideIsSortedAndStable(t *testing.T) {
-	p := Compile(mustConfig(t, rulesConfig))
+	p := Compile(mustConfig(t, rulesConfig), nil)
 	in := Input{Pod: Pod{Namespace: "web-a", Own: ownNormal}}
 	first := p.Decide(in)
 	var keys []string
@@ -321,7 +321,7 @@ func TestDecideIsSortedAndStable(t *testing.T) {
 }
 
 func TestEmptyPolicy(t *testing.T) {
-	p := Compile(mustConfig(t, ""))
+	p := Compile(mustConfig(t, ""), nil)
 	if !p.Empty() {
 		t.Fatal("empty config should give an empty policy")
 	}
@@ -331,7 +331,7 @@ func TestEmptyPolicy(t *testing.T) {
 }
 
 func TestSlashKeysAreNormalized(t *testing.T) {
-	p := Compile(mustConfig(t, "sysctls:\n  net/ipv4/conf/eth0.100/rp_filter: 2\n"))
+	p := Compile(mustConfig(t, "sysctls:\n  net/ipv4/conf/eth0.100/rp_filter: 2\n"), nil)
 	d := p.Decide(Input{Pod: Pod{Own: ownNormal}, PodOwn: map[string]string{}})
 	if got := applied(d); !reflect.DeepEqual(got, map[string]string{"net.ipv4.conf.eth0/100.rp_filter": "2"}) {
 		t.Fatalf("applied = %v", got)
@@ -367,7 +367,7 @@ rules:
   - sysctls: {net.ipv4.tcp_keepalive_time: 600}
 exclude:
   namespaces: [kube-system]
-`))
+`), nil)
 	tests := []struct {
 		pod  Pod
 		want []string

@@ -11,8 +11,8 @@ import (
 // namespace skip whatever its detail says.
 func TestSkipCodes(t *testing.T) {
 	cfg := mustConfig(t, "sysctls:\n  net.core.somaxconn: 1024\n  kernel.msgmax: 16384\n  kernel.domainname: example.org\n  net.ipv4.ping_group_range: 0 10\n")
-	cfg.RefusedInUserNamespace = map[sysctl.Writer]map[string]bool{sysctl.WriterInPod: {"net.core.somaxconn": true}}
-	d := Compile(cfg).Decide(Input{
+	refused := UserNamespaceRefusals{sysctl.WriterInPod: {"net.core.somaxconn": true}}
+	d := Compile(cfg, refused).Decide(Input{
 		Pod:      Pod{Own: Owning(sysctl.Net, sysctl.IPC, sysctl.User)},
 		PodOwn:   map[string]string{"kernel.msgmax": "1"},
 		Existing: map[string]string{},
@@ -38,7 +38,7 @@ func TestSkipCodes(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("skipped %+v, want %d keys", d.Skipped, len(want))
 	}
-	existing := Compile(cfg).Decide(Input{Pod: Pod{Own: Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)}, Existing: map[string]string{"net.core.somaxconn": "1"}})
+	existing := Compile(cfg, nil).Decide(Input{Pod: Pod{Own: Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)}, Existing: map[string]string{"net.core.somaxconn": "1"}})
 	for _, s := range existing.Skipped {
 		if s.Key == "net.core.somaxconn" && s.Code != SkipExisting {
 			t.Errorf("a key already on the container: code %s, want existing", s.Code.Label())

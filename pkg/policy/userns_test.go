@@ -43,7 +43,7 @@ func TestClampPingGroupRange(t *testing.T) {
 }
 
 func TestDecideClampsPingGroupRangeOnlyUnderUserNamespaces(t *testing.T) {
-	p := Compile(mustConfig(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"))
+	p := Compile(mustConfig(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n"), nil)
 	mappings := []IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
 
 	d := p.Decide(Input{Pod: Pod{Own: ownAll}, GIDMappings: mappings})
@@ -93,8 +93,7 @@ func TestDecideSkipsKeysRefusedInUserNamespaces(t *testing.T) {
 		sysctl.WriterHost:  {"kernel.msgmax": true},
 	}
 	cfg := mustConfig(t, text)
-	cfg.RefusedInUserNamespace = refused
-	p := Compile(cfg)
+	p := Compile(cfg, refused)
 
 	tests := []struct {
 		writer  sysctl.Writer
@@ -122,14 +121,13 @@ func TestDecideSkipsKeysRefusedInUserNamespaces(t *testing.T) {
 	}
 
 	cfg = mustConfig(t, text+"userNamespaceRefused: fail\n")
-	cfg.RefusedInUserNamespace = refused
 	for _, w := range []sysctl.Writer{sysctl.WriterInPod, sysctl.WriterHost} {
-		if got := applied(Compile(cfg).Decide(Input{Pod: Pod{Own: ownAll}, Writer: w})); len(got) != 3 {
+		if got := applied(Compile(cfg, refused).Decide(Input{Pod: Pod{Own: ownAll}, Writer: w})); len(got) != 3 {
 			t.Errorf("%v: userNamespaceRefused: fail keeps every key (the pod fails loudly): %v", w, got)
 		}
 	}
 	// No probe result (the probe was skipped): nothing is left out.
-	if got := applied(Compile(mustConfig(t, text)).Decide(Input{Pod: Pod{Own: ownAll}, Writer: sysctl.WriterHost})); len(got) != 3 {
+	if got := applied(Compile(mustConfig(t, text), nil).Decide(Input{Pod: Pod{Own: ownAll}, Writer: sysctl.WriterHost})); len(got) != 3 {
 		t.Errorf("without a probe result every key applies: %v", got)
 	}
 }
