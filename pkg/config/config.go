@@ -661,7 +661,7 @@ func (k kernelVerdict) judge(key, value string) (string, error) {
 		if errors.Is(why, sysctl.ErrMissing) {
 			hint = "kernel probe; is the name misspelt?"
 		}
-		return "", fmt.Errorf("%v (%s)", why, hint)
+		return "", fmt.Errorf("%w (%s)", why, hint)
 	}
 	s, probed := k.stored[key][value]
 	if !probed {

@@ -259,17 +259,6 @@ func (p *parser) inherit(host []hostMatch, k kernelVerdict) {
 	p.cfg.InheritExpanded = true
 }
 
-// withCandidates adds the host candidates to the sorted, unique names.
-func withCandidates(names []string, host []hostMatch) []string {
-	for _, m := range host {
-		for _, c := range m.candidates {
-			names = append(names, c.key)
-		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
-
 // hostSysctlNames lists every sysctl under fsys in the dot form, sorted. A
 // directory that cannot be read is skipped: its keys cannot be inherited.
 func hostSysctlNames(fsys fs.FS) ([]string, error) {
