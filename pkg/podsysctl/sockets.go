@@ -2,18 +2,65 @@ package podsysctl
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ListeningSockets lists the unix sockets the process pid listens on, from
 // its open fds and /proc/net/unix: where a containerd that launched the
 // plugin (pre-installed, under any socket path) can be looked up. Names
-// like containerd's gRPC socket come first, its NRI and ttrpc sockets last.
+// like containerd's gRPC socket come first. /proc/net/unix prints a path
+// as raw bytes, so a path with a newline in it, bound by anyone, can forge
+// a line naming pid's socket inode and a socket of its own: a path is
+// listed only when the process serving it is pid itself (SO_PEERCRED).
+// Sockets named like NRI's or ttrpc's are left out: no pod can be looked
+// up there, and a bare connection to NRI's socket reads to containerd as a
+// plugin failing to register.
 func ListeningSockets(pid int) []string {
+	var out []string
+	for _, path := range socketsNamedFor(pid) {
+		if socketRank(path) <= 1 && servedBy(path, pid) {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// peerCheckTimeout bounds the connection that asks who serves a socket.
+const peerCheckTimeout = time.Second
+
+// servedBy tells whether the process listening on the unix socket at path
+// is pid, from the peer credentials of a connection to it.
+func servedBy(path string, pid int) bool {
+	conn, err := net.DialTimeout("unix", path, peerCheckTimeout)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return false
+	}
+	return int(cred.Pid) == pid
+}
+
+// socketsNamedFor lists, ranked, the paths /proc/net/unix names for the
+// listening sockets among pid's fds; the text is not to be trusted.
+func socketsNamedFor(pid int) []string {
 	inodes := map[string]bool{}
 	fdDir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
 	entries, _ := os.ReadDir(fdDir)
