@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/connlimit"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -327,6 +328,11 @@ type metricsListener struct {
 	server *http.Server
 }
 
+// metricsMaxConns caps the connections the metrics listener holds: a few
+// scrapers and the kubelet's probes need a handful, and each costs some
+// KiB of buffers and a goroutine.
+const metricsMaxConns = 64
+
 // serveMetrics starts serving metrics the first time the flag or a config
 // names an address. A later config cannot move them: that needs a restart.
 func (p *plugin) serveMetrics(cfg *config.Config) error {
@@ -350,9 +356,21 @@ func (p *plugin) serveMetrics(cfg *config.Config) error {
 	m := p.newMetrics()
 	p.meter.Store(m)
 	l.addr, l.bound = addr, ln.Addr().String()
-	l.server = &http.Server{Handler: m.handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Anything that can reach the port may open connections and keep
+	// them: they are capped, idle ones shed first so that a probe gets
+	// in, and each one is bounded in time and header size.
+	limited := connlimit.New(ln, metricsMaxConns)
+	l.server = &http.Server{
+		Handler:           m.handler(),
+		ConnState:         limited.Track,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    8 << 10,
+	}
 	go func(srv *http.Server) {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			p.log.WithError(err).WithField("address", addr).Error("metrics server stopped")
 		}
 	}(l.server)

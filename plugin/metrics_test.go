@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
@@ -386,4 +390,41 @@ func TestMetricsCountFailedRunPodSandbox(t *testing.T) {
 	}
 	wantMoved(t, "RunPodSandbox failing on a write", before, counts(m),
 		map[string]float64{"namespace_writes": 3, "namespace_write_failed": 1, "containers/write_failed": 1, "lookups": 1})
+}
+
+// Issue 23, finding 1: connections that send one request and then sit idle
+// were all kept (no idle timeout, no cap), so any pod could grow the plugin
+// until its memory limit killed it. Past the cap the oldest idle one is
+// shed, and /healthz still answers.
+func TestMetricsListenerShedsIdleConnections(t *testing.T) {
+	p, _ := newMeteredTestPlugin(t, testConfig, &fakeFetcher{})
+	addr := p.metricsListener.bound
+	var idle []net.Conn
+	for range metricsMaxConns + 8 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(idle), err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		idle = append(idle, c)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz with %d idle connections open: %v", len(idle), err)
+	}
+	resp.Body.Close()
+	idle[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := idle[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the oldest idle connection is still open past the cap of %d: %v", metricsMaxConns, err)
+	}
+	if srv := p.metricsListener.server; srv.IdleTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.MaxHeaderBytes == 0 {
+		t.Errorf("metrics server without idle, read or write timeouts or a header limit: %+v", srv)
+	}
 }

@@ -86,12 +86,12 @@ func TestListeningSocketsRefusesAForgedLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	real, err := net.Listen("unix", filepath.Join(dir, "r.sock"))
+	served, err := net.Listen("unix", filepath.Join(dir, "r.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer real.Close()
-	f, err := real.(*net.UnixListener).File()
+	defer served.Close()
+	f, err := served.(*net.UnixListener).File()
 	if err != nil {
 		t.Fatal(err)
 	}
