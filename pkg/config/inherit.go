@@ -39,7 +39,7 @@ func globLeavesOut(name string) string {
 	switch {
 	// containerd gives every pod a value of its own for these (0, and
 	// every group); the host's kernel defaults would take them away.
-	case name == "net.ipv4.ip_unprivileged_port_start", name == "net.ipv4.ping_group_range":
+	case name == "net.ipv4.ip_unprivileged_port_start", name == sysctl.PingGroupRange:
 		return "the runtime gives every pod its own value; name it exactly to inherit the host's"
 	// Secrets each network namespace draws for itself: copied, every pod
 	// would share the host's, and could predict the others'.
