@@ -271,19 +271,7 @@ func (k *k8sCluster) usageOf(t *testing.T, id string) (peakKiB, rssKiB int, cpu 
 			cpu = time.Duration(ut+st) * 10 * time.Millisecond
 		}
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		n, _ := strconv.Atoi(fields[1])
-		switch fields[0] {
-		case "VmHWM:":
-			peakKiB = n
-		case "VmRSS:":
-			rssKiB = n
-		}
-	}
+	rssKiB, peakKiB = memoryKiB(data)
 	return peakKiB, rssKiB, cpu
 }
 

@@ -24,14 +24,19 @@ import (
 	"time"
 )
 
-// rssKiB reads a process's VmRSS and VmHWM from /proc.
+// rssKiB reads a process's VmRSS and VmHWM.
 func rssKiB(t *testing.T, pid int) (rss, peak int) {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
+	return memoryKiB(data)
+}
+
+// memoryKiB reads VmRSS and VmHWM from the text of /proc/<pid>/status.
+func memoryKiB(status []byte) (rss, peak int) {
+	for _, line := range strings.Split(string(status), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) < 2 {
 			continue
