@@ -408,3 +408,25 @@ func plain(rendered string) string {
 	}
 	return b.String()
 }
+
+// Issue 23, finding 6: where Pod Security's baseline level is enforced
+// cluster-wide, the DaemonSet's pods are refused unless their namespace is
+// labelled privileged; the shipped namespace is.
+func TestNamespaceIsLabelledPrivileged(t *testing.T) {
+	data, err := os.ReadFile("../../config/kubernetes/namespace.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns struct {
+		Kind     string
+		Metadata struct {
+			Labels map[string]string
+		}
+	}
+	if err := yaml.Unmarshal(data, &ns); err != nil {
+		t.Fatal(err)
+	}
+	if ns.Kind != "Namespace" || ns.Metadata.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Fatalf("namespace.yaml: kind %q, labels %v; want a Namespace with pod-security.kubernetes.io/enforce: privileged", ns.Kind, ns.Metadata.Labels)
+	}
+}
