@@ -107,9 +107,15 @@ vm-test: build vm-setup
 
 ## demo: a throwaway containerd (v2.4.2), the plugin with config/config.yaml,
 ## one pod, and the sysctls inside it beside the kernel's and the host's.
+## It prints the table, or on failure the test's whole output.
 demo: build
-	test/setup.sh v2.4.2
-	NRI_SYSCTL_CONTAINERD_VERSION=v2.4.2 $(GO) test -count=1 -v -run '^TestDemo$$' ./test/e2e/
+	test/setup.sh --demo v2.4.2
+	@out=$$(mktemp -d); \
+	if NRI_SYSCTL_DEMO_OUT=$$out/table.txt NRI_SYSCTL_CONTAINERD_VERSION=v2.4.2 $(GO) test -count=1 -run '^TestDemo$$' ./test/e2e/ >$$out/test.log 2>&1; then \
+		echo; cat $$out/table.txt; rm -rf $$out; \
+	else \
+		cat $$out/test.log; rm -rf $$out; echo "make demo failed: the output above says why"; exit 1; \
+	fi
 
 ## install: the layout image builders bake into a node (DESTDIR, PREFIX).
 install: build

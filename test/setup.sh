@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this machine for the nri-sysctl end-to-end tests (test/e2e).
 #
-# Usage: test/setup.sh [--k8s] [--kubelet] [CONTAINERD_VERSION...]      (default: v2.4.2)
+# Usage: test/setup.sh [--k8s] [--kubelet] [--demo] [CONTAINERD_VERSION...]      (default: v2.4.2)
 #
 # Installs, only when missing:
 #   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2,
@@ -16,6 +16,8 @@
 #     module into $CACHE/kubernetes-<version>/bin, etcd $ETCD_VERSION into
 #     $CACHE/etcd-<version>/bin
 #   - with --kubelet (make vm-test): only that kubelet, the same binary
+#   - with --demo (make demo): nothing the demo does not use, so neither
+#     the user-namespace runc nor helm
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -38,11 +40,13 @@ export DEBIAN_FRONTEND=noninteractive
 
 WANT_K8S=
 WANT_KUBELET=
+DEMO_ONLY=
 VERSIONS=()
 for arg in "$@"; do
 	case $arg in
 	--k8s) WANT_K8S=1 ;;
 	--kubelet) WANT_KUBELET=1 ;;
+	--demo) DEMO_ONLY=1 ;;
 	*) VERSIONS+=("$arg") ;;
 	esac
 done
@@ -308,6 +312,11 @@ if [[ -x $CACHE/crictl-$CRICTL_VERSION/bin/crictl ]]; then
 	log "crictl $CRICTL_VERSION: reusing $CACHE/crictl-$CRICTL_VERSION/bin/crictl"
 else
 	step "build crictl $CRICTL_VERSION" build_crictl
+fi
+
+if [[ -n $DEMO_ONLY ]]; then
+	log "all done in $(($(date +%s) - total_start))s (what make demo needs); cache: $CACHE"
+	exit 0
 fi
 
 if [[ -x $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc ]]; then
