@@ -8,7 +8,10 @@ package e2e
 // runs in spec mode (2.3 and later) and namespace mode (older).
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +35,8 @@ var refusedValueConfigs = []struct {
 }
 
 // TestKernelRefusedValues: validate exits 1 naming the key and the reason,
-// the plugin refuses to start with the same words, and pods started
-// meanwhile run with the kernel's values.
+// the plugin refuses to start with the same words, and a pod started
+// meanwhile runs with the kernel's values.
 func TestKernelRefusedValues(t *testing.T) {
 	c := getCluster(t)
 	bin := pluginBinary(t)
@@ -51,30 +54,41 @@ func TestKernelRefusedValues(t *testing.T) {
 			if code == 0 || !strings.Contains(out, logged) || !strings.Contains(out, "refusing to start") {
 				t.Errorf("plugin: exit %d (want non-zero), output should refuse to start naming %q:\n%s", code, logged, out)
 			}
-			pod := runPod(t, PodSpec{Namespace: "e2e-values"})
-			id := runContainer(t, pod, "app")
-			wantSysctls(t, "pod while the plugin is refused", readSysctls(t, id, keys...), only(c.kernel, keys...))
 		})
 	}
+	pod := runPod(t, PodSpec{Namespace: "e2e-values"})
+	id := runContainer(t, pod, "app")
+	wantSysctls(t, "pod while the plugin is refused", readSysctls(t, id, keys...), only(c.kernel, keys...))
 }
 
 // TestReloadToRefusedValueKeepsConfig: a reload (SIGHUP) to a value the
-// kernel refuses is rejected whole, and the next pods start with the old
-// config's values, read inside the container.
+// kernel refuses is rejected whole, each one counted as a failed reload
+// while config_info still names the config in force, and the next pods
+// start with the old config's values, read inside the container.
 func TestReloadToRefusedValueKeepsConfig(t *testing.T) {
 	checkMeaningful(t, serviceValuesA)
-	p := startPlugin(t, defaultsYAML(serviceValuesA))
+	addr := freeAddress(t)
+	text := defaultsYAML(serviceValuesA)
+	p := startPlugin(t, text, "--metrics-address", addr)
 	keys := sortedKeys(serviceValuesA)
 	wantSysctls(t, "pod before the reload", podValues(t, "e2e-values", keys...), serviceValuesA)
-	for _, bad := range refusedValueConfigs {
+	sum := sha256.Sum256([]byte(text))
+	hash := hex.EncodeToString(sum[:])[:12]
+	const failed = `nri_sysctl_config_reloads_total{result="failure"}`
+	before := scrape(t, addr)[failed]
+	for i, bad := range refusedValueConfigs {
 		rewriteConfig(t, p.configPath, bad.config)
 		sighup(t, p)
+		waitUntil(t, 10*time.Second, "the reload to "+bad.name+" to be rejected", func() (bool, string) {
+			m := scrape(t, addr)
+			return m[failed] == before+float64(i+1), fmt.Sprintf("%s = %v", failed, m[failed])
+		})
 	}
-	// The reloads run as soon as the signals arrive; leave them ample time
-	// before checking that nothing changed.
-	time.Sleep(2 * time.Second)
 	if !p.running() {
 		t.Fatalf("plugin exited on a refused value: %v\n%s", p.waitErr, tail(p.logPath, 40))
+	}
+	if info := scrape(t, addr); !slices.ContainsFunc(seriesOf(info, "nri_sysctl_config_info"), func(s string) bool { return strings.Contains(s, `hash="`+hash+`"`) }) {
+		t.Errorf("config_info no longer names the config in force (%s): %v", hash, seriesOf(info, "nri_sysctl_config_info"))
 	}
 	for i := 1; i <= 2; i++ {
 		wantSysctls(t, fmt.Sprintf("pod #%d after the rejected reloads", i), podValues(t, "e2e-values", keys...), serviceValuesA)
