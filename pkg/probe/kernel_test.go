@@ -222,10 +222,15 @@ const probeInReadOnlyProcSysEnv = "NRI_SYSCTL_TEST_READONLY_PROC_SYS"
 func TestProbesThroughReadOnlyProcSys(t *testing.T) {
 	if os.Getenv(probeInReadOnlyProcSysEnv) == "1" {
 		names := []string{"net.ipv4.tcp_keepalive_time", "kernel.msgmax", "kernel.domainname"}
-		kernel, _, err := Kernel(noValues(names...))
+		values := noValues(names...)
+		values["net.ipv4.tcp_keepalive_time"] = []string{"abc"}
+		kernel, stored, err := Kernel(values)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Values are written through the thread's read-write remount.
+		_, judged := sysctl.Judge("abc", stored["net.ipv4.tcp_keepalive_time"]["abc"])
+		fmt.Printf("value: %v\n", judged)
 		res, err := UserNamespace(namesForBoth(names...))
 		users := res.Refused
 		if err != nil {
@@ -252,5 +257,8 @@ func TestProbesThroughReadOnlyProcSys(t *testing.T) {
 	want := "kernel=map[] host=map[kernel.msgmax:" + ErrDeniedInUserNamespace.Error() + "] pod=map[kernel.domainname:" + ErrDeniedInUserNamespace.Error() + "]"
 	if !strings.Contains(string(out), want) {
 		t.Fatalf("probe results through a read-only /proc/sys:\n%s\nwant a line %q", out, want)
+	}
+	if want := `value: the kernel refuses "abc" (invalid argument)`; !strings.Contains(string(out), want) {
+		t.Fatalf("value probe through a read-only /proc/sys:\n%s\nwant a line %q", out, want)
 	}
 }
