@@ -51,6 +51,9 @@ type metrics struct {
 	registered   atomic.Bool
 	synchronized atomic.Bool
 	lacking      lackingContainers
+	// lookupReady tells whether containerd answers on the lookup in
+	// force; nil counts as answering.
+	lookupReady func(context.Context) (bool, string)
 }
 
 // configInForce reports the config text's digest and the mode in force,
@@ -188,6 +191,10 @@ type meteredFetcher struct {
 	m *metrics
 }
 
+func (f meteredFetcher) answers(ctx context.Context) (bool, string) {
+	return lookupAnswers(ctx, f.Fetcher)
+}
+
 func (f meteredFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
 	start := time.Now()
 	own, err := f.Fetcher.Fetch(ctx, podID)
@@ -253,14 +260,19 @@ func (m *metrics) podRemoved(podID string) {
 	m.lacking.forget(podID)
 }
 
-// healthy: registered with the runtime and synchronized, so that pods
-// created now get their defaults.
-func (m *metrics) healthy() (bool, string) {
+// healthy: registered with the runtime, synchronized, and containerd
+// answers pod lookups, so that pods created now get their defaults.
+func (m *metrics) healthy(ctx context.Context) (bool, string) {
 	switch {
 	case !m.registered.Load():
 		return false, "not registered with the runtime's NRI"
 	case !m.synchronized.Load():
 		return false, "registered, waiting for the runtime's Synchronize"
+	}
+	if m.lookupReady != nil {
+		if ok, why := m.lookupReady(ctx); !ok {
+			return false, "registered and synchronized, but pods cannot be looked up: " + why
+		}
 	}
 	return true, "ok"
 }
@@ -268,8 +280,8 @@ func (m *metrics) healthy() (bool, string) {
 func (m *metrics) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := m.healthy()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := m.healthy(r.Context())
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -381,9 +393,11 @@ func (p *plugin) serveMetrics(cfg *config.Config) error {
 // newMetrics makes the plugin's metrics; config_info reads the config and
 // mode in force at each scrape.
 func (p *plugin) newMetrics() *metrics {
-	return newMetrics(func() (string, string) {
+	m := newMetrics(func() (string, string) {
 		return p.current.Load().cfg.TextSHA256, string(p.mode())
 	})
+	m.lookupReady = p.lookupReady
+	return m
 }
 
 // close stops serving metrics.

@@ -103,6 +103,15 @@ func (noLookup) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
 	return podsysctl.PodSysctls{}, errors.New("no containerd connection configured")
 }
 
+func (noLookup) answers(context.Context) (bool, string) {
+	return false, "containerd: no connection configured to look pods up"
+}
+
+// lookupReady tells whether containerd answers on the lookup in force.
+func (p *plugin) lookupReady(ctx context.Context) (bool, string) {
+	return lookupAnswers(ctx, p.current.Load().lookup)
+}
+
 // record returns the pod's record, made with the config and mode in force
 // when the pod is first seen.
 func (p *plugin) record(pod *api.PodSandbox) *podRecord {
