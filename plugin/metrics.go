@@ -22,7 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// metrics is what the plugin reports on /metrics and /healthz. The
+// metrics is what the plugin reports on /metrics, /healthz and /livez. The
 // handlers call its methods through plugin.meter, which stays nil while no
 // metrics address is set: every method of a nil *metrics returns at once,
 // so metrics off cost one atomic load and a nil check per call site.
@@ -54,6 +54,8 @@ type metrics struct {
 	// lookupReady tells whether containerd answers on the lookup in
 	// force; nil counts as answering.
 	lookupReady func(context.Context) (bool, string)
+	// alive tells /livez whether the plugin is stuck; nil counts as alive.
+	alive func() (bool, string)
 }
 
 // configInForce reports the config text's digest and the mode in force,
@@ -287,6 +289,17 @@ func (m *metrics) handler() http.Handler {
 		}
 		fmt.Fprintln(w, why)
 	})
+	// Liveness, apart from /healthz: 200 while containerd restarts too.
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := true, "ok"
+		if m.alive != nil {
+			ok, why = m.alive()
+		}
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
 	return mux
 }
 
@@ -329,7 +342,7 @@ func (l *lackingContainers) forget(podID string) {
 
 func (l *lackingContainers) total() int64 { return l.sum.Load() }
 
-// metricsListener serves /metrics and /healthz once an address is known:
+// metricsListener serves /metrics, /healthz and /livez once an address is known:
 // --metrics-address, else the config's metricsAddress.
 type metricsListener struct {
 	flag string
@@ -386,7 +399,7 @@ func (p *plugin) serveMetrics(cfg *config.Config) error {
 			p.log.WithError(err).WithField("address", addr).Error("metrics server stopped")
 		}
 	}(l.server)
-	p.log.WithField("address", l.bound).Info("serving /metrics and /healthz")
+	p.log.WithField("address", l.bound).Info("serving /metrics, /healthz and /livez")
 	return nil
 }
 
@@ -397,6 +410,7 @@ func (p *plugin) newMetrics() *metrics {
 		return p.current.Load().cfg.TextSHA256, string(p.mode())
 	})
 	m.lookupReady = p.lookupReady
+	m.alive = p.alive
 	return m
 }
 

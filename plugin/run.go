@@ -72,7 +72,7 @@ func (o *options) declare(fs *flag.FlagSet) {
 	fs.StringVar(&o.pluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
 	fs.StringVar(&o.containerdAddress, "containerd-address", defaultContainerdAddress, "containerd gRPC socket, to look up pods' own sysctls")
 	fs.StringVar(&o.containerdNamespace, "containerd-namespace", defaultContainerdNamespace, "containerd namespace of the CRI pods")
-	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics and /healthz on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics, /healthz and /livez on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")

@@ -65,6 +65,8 @@ type plugin struct {
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
+	// live is what /livez reads (liveness.go).
+	live liveness
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
@@ -79,6 +81,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		writeNamespaces: podns.Write,
 		synchronized:    make(chan struct{}),
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
+		live:            liveness{stuckAfter: stuckAfter},
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p
