@@ -154,9 +154,9 @@ func (c *containerdConn) answers(ctx context.Context) (bool, string) {
 	if c.answered.Load() {
 		return true, ""
 	}
-	if !c.mu.TryLock() {
-		return false, "checking whether containerd answers at " + c.target.address
-	}
+	// Waits for a check under way (at most its timeout), rather than
+	// reporting "not yet" for a containerd about to answer.
+	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.answered.Load() {
 		return true, ""
