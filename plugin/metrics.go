@@ -22,7 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// metrics is what the plugin reports on /metrics and /healthz. The
+// metrics is what the plugin reports on /metrics, /healthz and /livez. The
 // handlers call its methods through plugin.meter, which stays nil while no
 // metrics address is set: every method of a nil *metrics returns at once,
 // so metrics off cost one atomic load and a nil check per call site.
@@ -51,6 +51,11 @@ type metrics struct {
 	registered   atomic.Bool
 	synchronized atomic.Bool
 	lacking      lackingContainers
+	// lookupReady tells whether containerd answers on the lookup in
+	// force; nil counts as answering.
+	lookupReady func(context.Context) (bool, string)
+	// alive tells /livez whether the plugin is stuck; nil counts as alive.
+	alive func() (bool, string)
 }
 
 // configInForce reports the config text's digest and the mode in force,
@@ -188,6 +193,10 @@ type meteredFetcher struct {
 	m *metrics
 }
 
+func (f meteredFetcher) answers(ctx context.Context) (bool, string) {
+	return lookupAnswers(ctx, f.Fetcher)
+}
+
 func (f meteredFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
 	start := time.Now()
 	own, err := f.Fetcher.Fetch(ctx, podID)
@@ -253,14 +262,19 @@ func (m *metrics) podRemoved(podID string) {
 	m.lacking.forget(podID)
 }
 
-// healthy: registered with the runtime and synchronized, so that pods
-// created now get their defaults.
-func (m *metrics) healthy() (bool, string) {
+// healthy: registered with the runtime, synchronized, and containerd
+// answers pod lookups, so that pods created now get their defaults.
+func (m *metrics) healthy(ctx context.Context) (bool, string) {
 	switch {
 	case !m.registered.Load():
 		return false, "not registered with the runtime's NRI"
 	case !m.synchronized.Load():
 		return false, "registered, waiting for the runtime's Synchronize"
+	}
+	if m.lookupReady != nil {
+		if ok, why := m.lookupReady(ctx); !ok {
+			return false, "registered and synchronized, but pods cannot be looked up: " + why
+		}
 	}
 	return true, "ok"
 }
@@ -268,8 +282,19 @@ func (m *metrics) healthy() (bool, string) {
 func (m *metrics) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := m.healthy()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := m.healthy(r.Context())
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	// Liveness, apart from /healthz: 200 while containerd restarts too.
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := true, "ok"
+		if m.alive != nil {
+			ok, why = m.alive()
+		}
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -317,7 +342,7 @@ func (l *lackingContainers) forget(podID string) {
 
 func (l *lackingContainers) total() int64 { return l.sum.Load() }
 
-// metricsListener serves /metrics and /healthz once an address is known:
+// metricsListener serves /metrics, /healthz and /livez once an address is known:
 // --metrics-address, else the config's metricsAddress.
 type metricsListener struct {
 	flag string
@@ -374,16 +399,19 @@ func (p *plugin) serveMetrics(cfg *config.Config) error {
 			p.log.WithError(err).WithField("address", addr).Error("metrics server stopped")
 		}
 	}(l.server)
-	p.log.WithField("address", l.bound).Info("serving /metrics and /healthz")
+	p.log.WithField("address", l.bound).Info("serving /metrics, /healthz and /livez")
 	return nil
 }
 
 // newMetrics makes the plugin's metrics; config_info reads the config and
 // mode in force at each scrape.
 func (p *plugin) newMetrics() *metrics {
-	return newMetrics(func() (string, string) {
+	m := newMetrics(func() (string, string) {
 		return p.current.Load().cfg.TextSHA256, string(p.mode())
 	})
+	m.lookupReady = p.lookupReady
+	m.alive = p.alive
+	return m
 }
 
 // close stops serving metrics.

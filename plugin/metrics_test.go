@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -273,6 +275,7 @@ func TestHealthz(t *testing.T) {
 	p := newPlugin(log, nil, "")
 	p.metricsListener.flag = "127.0.0.1:0"
 	t.Cleanup(p.metricsListener.close)
+	p.connect = func(*config.Config) (podsysctl.Fetcher, error) { return &fakeFetcher{}, nil }
 	if err := p.applyConfig(mustParse(t, testConfig)); err != nil {
 		t.Fatal(err)
 	}

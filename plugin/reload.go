@@ -153,7 +153,7 @@ func (p *plugin) watchReloads(ctx context.Context, path string, hup <-chan os.Si
 		case <-ctx.Done():
 			return
 		case <-hup:
-			p.reload(path)
+			p.live.reloading(func() { p.reload(path) })
 		}
 	}
 }

@@ -72,7 +72,7 @@ func (o *options) declare(fs *flag.FlagSet) {
 	fs.StringVar(&o.pluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
 	fs.StringVar(&o.containerdAddress, "containerd-address", defaultContainerdAddress, "containerd gRPC socket, to look up pods' own sysctls")
 	fs.StringVar(&o.containerdNamespace, "containerd-namespace", defaultContainerdNamespace, "containerd namespace of the CRI pods")
-	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics and /healthz on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics, /healthz and /livez on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")
@@ -83,7 +83,7 @@ func (o *options) declare(fs *flag.FlagSet) {
 	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
 	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
 	fs.DurationVar(&o.watchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
-	fs.BoolVar(&o.removeTaint, "remove-taint", false, "remove the taint "+notReadyTaintKey+":"+notReadyTaintEffect+" from this node (env NODE_NAME) once registered and synchronized, through the API server as the pod's service account")
+	fs.BoolVar(&o.removeTaint, "remove-taint", false, "remove the taint "+notReadyTaintKey+":"+notReadyTaintEffect+" from this node (env NODE_NAME) once registered, synchronized and containerd answers pod lookups, through the API server as the pod's service account")
 }
 
 // check refuses flag values that parse but make no sense, once parsed.
@@ -165,7 +165,7 @@ func runPlugin(o options, stderr io.Writer) int {
 	}
 	go p.watchReloads(ctx, o.configPath, reloads)
 	if o.removeTaint {
-		if err := startTaintRemoval(ctx, log, p.synchronized); err != nil {
+		if err := startTaintRemoval(ctx, log, p.synchronized, readiness{check: p.lookupReady, interval: time.Second}); err != nil {
 			log.WithError(err).Error("refusing to start")
 			return 1
 		}

@@ -65,6 +65,8 @@ type plugin struct {
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
+	// live is what /livez reads (liveness.go).
+	live liveness
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
@@ -79,6 +81,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		writeNamespaces: podns.Write,
 		synchronized:    make(chan struct{}),
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
+		live:            liveness{stuckAfter: stuckAfter},
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p
@@ -101,6 +104,15 @@ type noLookup struct{}
 
 func (noLookup) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
 	return podsysctl.PodSysctls{}, errors.New("no containerd connection configured")
+}
+
+func (noLookup) answers(context.Context) (bool, string) {
+	return false, "containerd: no connection configured to look pods up"
+}
+
+// lookupReady tells whether containerd answers on the lookup in force.
+func (p *plugin) lookupReady(ctx context.Context) (bool, string) {
+	return lookupAnswers(ctx, p.current.Load().lookup)
 }
 
 // record returns the pod's record, made with the config and mode in force

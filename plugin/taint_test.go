@@ -40,13 +40,13 @@ func (f *fakeTaintRemover) state() (calls int, tainted bool) {
 
 func TestStartTaintRemovalNeedsNodeName(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
-	err := startTaintRemoval(context.Background(), logrus.New(), make(chan struct{}))
+	err := startTaintRemoval(context.Background(), logrus.New(), make(chan struct{}), readiness{})
 	if err == nil || !strings.Contains(err.Error(), "NODE_NAME") || !strings.Contains(err.Error(), "spec.nodeName") {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("NODE_NAME", "n")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if err := startTaintRemoval(context.Background(), logrus.New(), make(chan struct{})); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+	if err := startTaintRemoval(context.Background(), logrus.New(), make(chan struct{}), readiness{}); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -63,7 +63,7 @@ func TestRunTaintRemovalWaitsForSynchronized(t *testing.T) {
 	log.SetOutput(&logs)
 	go func() {
 		defer close(done)
-		runTaintRemoval(ctx, logrus.NewEntry(log), f, "node-1", synced, newBackoff(10*time.Millisecond, 20*time.Millisecond))
+		runTaintRemoval(ctx, logrus.NewEntry(log), f, "node-1", synced, readiness{check: alwaysReady, interval: time.Millisecond}, newBackoff(10*time.Millisecond, 20*time.Millisecond))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	time.Sleep(100 * time.Millisecond)
@@ -87,3 +87,5 @@ func TestRunTaintRemovalWaitsForSynchronized(t *testing.T) {
 		t.Fatalf("log: %s", logs.String())
 	}
 }
+
+func alwaysReady(context.Context) (bool, string) { return true, "" }

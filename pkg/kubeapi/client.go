@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -28,43 +29,90 @@ const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 type Client struct {
 	base      string // https://host:port
 	tokenFile string
+	caFile    string
 	userAgent string
-	http      *http.Client
+
+	mu sync.Mutex
+	// ca is the CA text http trusts; http is rebuilt when the file's
+	// text changes (the kubelet rewrites the projected ca.crt on a CA
+	// rotation).
+	ca   []byte
+	http *http.Client
 }
 
 // New makes a client for the API server at host:port (a pod's
 // KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT) with the CA and
-// token in saDir. It fails at once when the token cannot be read.
+// token in saDir. It fails at once when the CA or the token cannot be read.
 func New(host, port, saDir, userAgent string) (*Client, error) {
 	if host == "" || port == "" {
 		return nil, errors.New("KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is empty: not running in a Kubernetes pod")
 	}
-	caFile := filepath.Join(saDir, "ca.crt")
-	ca, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading the cluster CA: %w (is automountServiceAccountToken off?)", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s: no PEM certificate in it", caFile)
-	}
 	c := &Client{
 		base:      "https://" + net.JoinHostPort(host, port),
 		tokenFile: filepath.Join(saDir, "token"),
+		caFile:    filepath.Join(saDir, "ca.crt"),
 		userAgent: userAgent,
-		http: &http.Client{
-			Timeout: 15 * time.Second,
-			Transport: &http.Transport{
-				TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-				TLSHandshakeTimeout: 10 * time.Second,
-				Proxy:               nil, // in-cluster: never through a proxy
-			},
-		},
 	}
+	ca, err := os.ReadFile(c.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster CA: %w (is automountServiceAccountToken off?)", err)
+	}
+	if c.http, err = newHTTPClient(c.caFile, ca); err != nil {
+		return nil, err
+	}
+	c.ca = ca
 	if _, err := c.token(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// errRedirect: the API server answers requests itself; a redirect could
+// only send the token, or the plugin's trust, somewhere else.
+var errRedirect = errors.New("refusing to follow a redirect from the API server")
+
+func newHTTPClient(caFile string, ca []byte) (*http.Client, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", caFile)
+	}
+	return &http.Client{
+		Timeout: 15 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			TLSHandshakeTimeout: 10 * time.Second,
+			Proxy:               nil, // in-cluster: never through a proxy
+		},
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("%w (to %s)", errRedirect, req.URL.Redacted())
+		},
+	}, nil
+}
+
+// httpClient returns the HTTP client for the CA the file holds now. The
+// file is read at each request, as the token is: a few KiB, and requests
+// are rare. A file that cannot be read or parsed (caught mid-rotation)
+// leaves the last good CA in force; its problem is returned so that a
+// failing request can tell of it.
+func (c *Client) httpClient() (*http.Client, error) {
+	ca, err := os.ReadFile(c.caFile)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		return c.http, fmt.Errorf("re-reading the cluster CA: %w", err)
+	}
+	if bytes.Equal(ca, c.ca) {
+		return c.http, nil
+	}
+	next, err := newHTTPClient(c.caFile, ca)
+	if err != nil {
+		return c.http, err
+	}
+	// Connections made under the old CA go: the next request verifies
+	// the server against the new one.
+	c.http.CloseIdleConnections()
+	c.http, c.ca = next, ca
+	return next, nil
 }
 
 // token is read at each request: the kubelet rotates bound tokens.
@@ -126,8 +174,12 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body 
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := c.http.Do(req)
+	hc, caErr := c.httpClient()
+	resp, err := hc.Do(req)
 	if err != nil {
+		if caErr != nil {
+			err = fmt.Errorf("%w (with the last good CA: %w)", err, caErr)
+		}
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()

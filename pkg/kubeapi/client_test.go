@@ -9,6 +9,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -180,19 +182,7 @@ func TestClientRereadsToken(t *testing.T) {
 func TestClientVerifiesServer(t *testing.T) {
 	f := newFakeAPIServer(t, "node-1")
 	saDir := serviceAccount(t, f, "tok")
-	// A CA of its own: every httptest server has the same certificate.
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(saDir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeCA(t, saDir, otherCA(t))
 	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
 	c, err := New(host, port, saDir, "test")
 	if err != nil {
@@ -222,5 +212,114 @@ func TestNewErrors(t *testing.T) {
 	os.Remove(filepath.Join(saDir, "token"))
 	if _, err := New("10.0.0.1", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Errorf("no token: %v", err)
+	}
+}
+
+// otherCA is a CA of its own, PEM: every httptest server has the same
+// certificate, which this CA did not sign.
+func otherCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// writeCA replaces saDir's ca.crt the way the kubelet updates a projected
+// volume: a new file renamed over the old.
+func writeCA(t *testing.T, saDir string, ca []byte) {
+	t.Helper()
+	tmp := filepath.Join(saDir, ".ca.crt.new")
+	if err := os.WriteFile(tmp, ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(saDir, "ca.crt")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A CA rotation: the file on disk changes and the same Client trusts the
+// new CA at its next request, and no longer the old one.
+func TestClientFollowsCARotation(t *testing.T) {
+	f := newFakeAPIServer(t, "node-1", taint(notReadyKey, "NoSchedule"))
+	saDir := serviceAccount(t, f, "tok")
+	serverCA := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
+	writeCA(t, saDir, otherCA(t))
+	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
+	c, err := New(host, port, saDir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("before the rotation: err = %v, want a certificate error", err)
+	}
+	writeCA(t, saDir, serverCA)
+	if removed, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err != nil || !removed {
+		t.Fatalf("after the CA on disk changed to the server's: removed %v, err %v", removed, err)
+	}
+	// Rotated away again, with the kept-alive connection gone: refused.
+	writeCA(t, saDir, otherCA(t))
+	f.CloseClientConnections()
+	if _, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("after the CA changed away from the server's: err = %v, want a certificate error", err)
+	}
+	// A CA file caught broken keeps the last good CA, and says so.
+	if err := os.WriteFile(filepath.Join(saDir, "ca.crt"), []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("with a broken CA file: err = %v, want it named", err)
+	}
+}
+
+// A redirect from the API server is not followed, to another host or not.
+func TestClientRefusesRedirects(t *testing.T) {
+	var elsewhere sync.Mutex
+	var hits []string
+	target := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Lock()
+		hits = append(hits, r.Header.Get("Authorization"))
+		elsewhere.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"Node","metadata":{"name":"node-1"},"spec":{}}`)
+	}))
+	// Another host that the httptest certificate is still valid for, so
+	// that a followed redirect would get there; else another port.
+	if ln, err := net.Listen("tcp", "[::1]:0"); err == nil {
+		target.Listener.Close()
+		target.Listener = ln
+	}
+	target.StartTLS()
+	t.Cleanup(target.Close)
+	targetURL := target.URL
+	redirector := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, targetURL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirector.Close)
+	saDir := t.TempDir()
+	writeCA(t, saDir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: redirector.Certificate().Raw}))
+	if err := os.WriteFile(filepath.Join(saDir, "token"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(redirector.Listener.Addr().String())
+	c, err := New(host, port, saDir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Do(context.Background(), http.MethodGet, "/api/v1/nodes/node-1", "", nil)
+	if err == nil || !errors.Is(err, errRedirect) || !strings.Contains(err.Error(), target.Listener.Addr().String()) {
+		t.Fatalf("err = %v, want the redirect refused, naming where it led", err)
+	}
+	elsewhere.Lock()
+	defer elsewhere.Unlock()
+	if len(hits) > 0 {
+		t.Fatalf("the redirect was followed: the other host got %d requests", len(hits))
 	}
 }
