@@ -83,6 +83,10 @@ type plugin struct {
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
+	// lastGoodPath (--last-good-config, lastgood.go) and events
+	// (--kubernetes-events, events.go): both off when zero.
+	lastGoodPath string
+	events       *eventRecorder
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {

@@ -224,10 +224,22 @@ func (c *apiClient) do(ctx context.Context, method, path, contentType string, bo
 	case method == http.MethodPatch && (resp.StatusCode == http.StatusUnprocessableEntity || resp.StatusCode == http.StatusConflict):
 		return nil, fmt.Errorf("%s %s: %s: %w", method, path, statusMessage(resp.Status, data), errPatchConflict)
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, fmt.Errorf("%s %s: %s (the service account needs get and patch on nodes: see the chart's ClusterRole)", method, path, statusMessage(resp.Status, data))
+		hint := "the service account needs get and patch on nodes: see the chart's ClusterRole"
+		if strings.HasSuffix(path, "/events") {
+			hint = "the service account needs create on events in its namespace: see the chart's Role"
+		}
+		return nil, fmt.Errorf("%s %s: %w (%s)", method, path, &apiStatusError{code: resp.StatusCode, message: statusMessage(resp.Status, data)}, hint)
 	}
-	return nil, fmt.Errorf("%s %s: %s", method, path, statusMessage(resp.Status, data))
+	return nil, fmt.Errorf("%s %s: %w", method, path, &apiStatusError{code: resp.StatusCode, message: statusMessage(resp.Status, data)})
 }
+
+// apiStatusError is an answer of the API server other than 2xx.
+type apiStatusError struct {
+	code    int
+	message string
+}
+
+func (e *apiStatusError) Error() string { return e.message }
 
 // statusMessage is the Status object's message when the API server sent
 // one, else the HTTP status.
