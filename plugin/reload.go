@@ -134,13 +134,14 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 		}
 	}
 	cfg, err := p.loadFile(path)
-	if err != nil {
-		return err
+	if err == nil {
+		err = p.applyConfig(cfg)
 	}
-	if err := p.applyConfig(cfg); err != nil {
-		return err
+	if err != nil {
+		return p.startOnLastGood(path, err)
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules)}).Info("config loaded")
+	p.keepAsLastGood(cfg)
 	return nil
 }
 
@@ -184,7 +185,10 @@ func (p *plugin) reload(path string) {
 	p.meter.Load().reloaded(err)
 	if err != nil {
 		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
+		p.events.warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, shortSHA(p.current.Load().cfg.TextSHA256)))
 		return
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
+	p.keepAsLastGood(cfg)
+	p.events.normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), for pods created from now on", shortSHA(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules)))
 }

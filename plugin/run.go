@@ -38,6 +38,8 @@ type options struct {
 	allowInsecureConfig    bool
 	watchConfig            time.Duration
 	removeTaint            bool
+	lastGoodConfig         string
+	kubernetesEvents       bool
 }
 
 // pluginFlags declares the plugin's own flags: run with no command.
@@ -84,10 +86,16 @@ func (o *options) declare(fs *flag.FlagSet) {
 	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
 	fs.DurationVar(&o.watchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
 	fs.BoolVar(&o.removeTaint, "remove-taint", false, "remove the taint "+notReadyTaintKey+":"+notReadyTaintEffect+" from this node (env NODE_NAME) once registered, synchronized and containerd answers pod lookups, through the API server as the pod's service account")
+	fs.StringVar(&o.lastGoodConfig, "last-good-config", "", "keep the text of each config put in force in this file (absolute path; written atomically, mode 0600), and start on it when the config file is rejected (default: off, a rejected config file stops the plugin)")
+	fs.BoolVar(&o.kubernetesEvents, "kubernetes-events", false, "report rejected configs as Kubernetes Events on this plugin's pod (env POD_NAME, POD_NAMESPACE, POD_UID), through the API server as the pod's service account")
 }
 
 // check refuses flag values that parse but make no sense, once parsed.
 func (o *options) check(fs *flag.FlagSet, stderr io.Writer) error {
+	if err := checkLastGoodConfig(o.lastGoodConfig, o.configPath); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
 	if o.watchConfig < 0 {
 		fmt.Fprintf(stderr, "bad --watch-config %s: want a positive duration, or 0 for off\n", o.watchConfig)
 		return fmt.Errorf("bad --watch-config")
@@ -137,6 +145,16 @@ func runPlugin(o options, stderr io.Writer) int {
 	p.allowInsecureConfig = o.allowInsecureConfig
 	p.metricsListener.flag = o.metricsAddress
 	defer p.metricsListener.close()
+	p.lastGoodPath = o.lastGoodConfig
+	if o.kubernetesEvents {
+		events, stopEvents, err := startEvents(log)
+		if err != nil {
+			log.WithError(err).Error("refusing to start")
+			return 1
+		}
+		defer stopEvents()
+		p.events = events
+	}
 	parentPID := 0
 	if preinstalled {
 		parentPID = os.Getppid()

@@ -67,6 +67,10 @@ type plugin struct {
 	metricsListener metricsListener
 	// live is what /livez reads (liveness.go).
 	live liveness
+	// lastGoodPath (--last-good-config, lastgood.go) and events
+	// (--kubernetes-events, events.go): both off when zero.
+	lastGoodPath string
+	events       *eventRecorder
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {

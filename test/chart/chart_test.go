@@ -191,7 +191,7 @@ func asList(v any) []any {
 func (d daemonSet) hasArg(a string) bool { return slices.Contains(d.args, a) }
 
 func TestHelmLint(t *testing.T) {
-	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}} {
+	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}, {"kernelCheck=false", "events.enabled=false", "lastGoodConfigDir="}} {
 		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -257,19 +257,54 @@ func checkCommon(t *testing.T, d daemonSet) {
 	}
 }
 
+// The privileges the kernel check needs (README "What the kernel check
+// costs"): its throw-away namespaces and /proc/sys remount, the user
+// namespace probe's id mapping, and no AppArmor confinement.
+func checkKernelCheckPrivileges(t *testing.T, d daemonSet) {
+	t.Helper()
+	caps := d.addedCaps()
+	for _, c := range []string{"SETGID", "SETUID", "SYS_ADMIN"} {
+		if !slices.Contains(caps, c) {
+			t.Errorf("capabilities.add %v lacks %s", caps, c)
+		}
+	}
+	if got := d.sc("allowPrivilegeEscalation"); got != true {
+		t.Errorf("allowPrivilegeEscalation = %v, want true (Kubernetes refuses false with CAP_SYS_ADMIN)", got)
+	}
+	if got := get(d.ctr, "securityContext", "appArmorProfile", "type"); got != "Unconfined" {
+		t.Errorf("appArmorProfile.type = %v, want Unconfined (the default profile denies mount and /proc/sys writes)", got)
+	}
+	if d.hasArg("--skip-kernel-check") {
+		t.Errorf("args %v: the kernel check is left out", d.args)
+	}
+}
+
+// envFieldRefs maps each env entry set from the downward API to its field.
+func (d daemonSet) envFieldRefs() map[string]any {
+	refs := map[string]any{}
+	for _, e := range asList(get(d.ctr, "env")) {
+		if f := get(e, "valueFrom", "fieldRef", "fieldPath"); f != nil {
+			refs[get(e, "name").(string)] = f
+		}
+	}
+	return refs
+}
+
+// The defaults: the kernel check on, in spec mode too, with what it
+// needs; the last good config kept in a hostPath directory; Events on the
+// plugin's pod, with a namespaced Role, the token and the pod's identity.
 func TestTemplateSpecMode(t *testing.T) {
 	d, objs := renderDaemonSet(t)
 	checkCommon(t, d)
-	if caps := d.addedCaps(); len(caps) != 0 {
-		t.Errorf("spec mode adds capabilities %v, want none", caps)
-	}
-	if got := d.sc("allowPrivilegeEscalation"); got != false {
-		t.Errorf("allowPrivilegeEscalation = %v, want false", got)
+	checkKernelCheckPrivileges(t, d)
+	if want := []string{"SETGID", "SETUID", "SYS_ADMIN"}; !reflect.DeepEqual(d.addedCaps(), want) {
+		t.Errorf("spec mode adds %v, want exactly %v", d.addedCaps(), want)
 	}
 	if get(d.pod, "hostPID") == true {
 		t.Error("spec mode has hostPID")
 	}
-	for _, a := range []string{"--mode=spec", "--skip-kernel-check", "--remove-taint", "--metrics-address=:9183", "--containerd-address=/run/containerd/containerd.sock", "--nri-socket=/var/run/nri/nri.sock"} {
+	for _, a := range []string{"--mode=spec", "--remove-taint", "--metrics-address=:9183", "--containerd-address=/run/containerd/containerd.sock", "--nri-socket=/var/run/nri/nri.sock",
+		"--last-good-config=/var/lib/nri-sysctl/last-good-config.yaml", "--kubernetes-events"} {
 		if !d.hasArg(a) {
 			t.Errorf("args %v lack %s", d.args, a)
 		}
@@ -277,11 +312,20 @@ func TestTemplateSpecMode(t *testing.T) {
 	if got := get(d.ctr, "readinessProbe", "httpGet", "path"); got != "/healthz" {
 		t.Errorf("readinessProbe %v, want /healthz", get(d.ctr, "readinessProbe"))
 	}
-	if len(d.hostDirs()) != 2 {
-		t.Errorf("hostPath volumes %v, want the NRI and containerd socket directories only", d.hostDirs())
+	dirs := d.hostDirs()
+	if len(dirs) != 3 || dirs["/var/lib/nri-sysctl"] != [2]string{"/var/lib/nri-sysctl", "DirectoryOrCreate"} {
+		t.Errorf("hostPath volumes %v, want the NRI and containerd socket directories and /var/lib/nri-sysctl (DirectoryOrCreate)", dirs)
+	}
+	for _, m := range asList(get(d.ctr, "volumeMounts")) {
+		if get(m, "mountPath") == "/var/lib/nri-sysctl" && get(m, "readOnly") == true {
+			t.Error("the last good config's directory is mounted read-only")
+		}
 	}
 	if get(d.pod, "automountServiceAccountToken") != true {
-		t.Error("the token is needed to remove the taint")
+		t.Error("the token is needed to remove the taint and to send Events")
+	}
+	if want := map[string]any{"NODE_NAME": "spec.nodeName", "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}; !reflect.DeepEqual(d.envFieldRefs(), want) {
+		t.Errorf("downward API env %v, want %v", d.envFieldRefs(), want)
 	}
 	role := find(t, objs, "ClusterRole")
 	if role == nil {
@@ -294,11 +338,52 @@ func TestTemplateSpecMode(t *testing.T) {
 	if find(t, objs, "ClusterRoleBinding") == nil || find(t, objs, "ConfigMap") == nil || find(t, objs, "ServiceAccount") == nil {
 		t.Error("missing ClusterRoleBinding, ConfigMap or ServiceAccount")
 	}
+	checkEventsRole(t, objs)
+}
+
+// The Events Role: create on core events, in the release's namespace
+// only, bound to the plugin's service account.
+func checkEventsRole(t *testing.T, objs []obj) {
+	t.Helper()
+	role, binding := find(t, objs, "Role"), find(t, objs, "RoleBinding")
+	if role == nil || binding == nil {
+		t.Fatalf("Role %v, RoleBinding %v: want both for Events", role, binding)
+	}
+	want := []any{obj{"apiGroups": []any{""}, "resources": []any{"events"}, "verbs": []any{"create"}}}
+	if got := role["rules"]; !reflect.DeepEqual(got, want) || get(role, "metadata", "namespace") != "nri-sysctl" {
+		t.Errorf("Role %v, want rules %v in namespace nri-sysctl", role, want)
+	}
+	if get(binding, "roleRef", "kind") != "Role" || get(binding, "roleRef", "name") != get(role, "metadata", "name") ||
+		!reflect.DeepEqual(get(binding, "subjects"), []any{obj{"kind": "ServiceAccount", "name": "nri-sysctl", "namespace": "nri-sysctl"}}) ||
+		get(binding, "metadata", "namespace") != "nri-sysctl" {
+		t.Errorf("RoleBinding %v", binding)
+	}
+}
+
+// kernelCheck: false, explicitly, keeps spec mode unprivileged.
+func TestTemplateSpecModeWithoutKernelCheck(t *testing.T) {
+	d, _ := renderDaemonSet(t, "kernelCheck=false")
+	checkCommon(t, d)
+	if caps := d.addedCaps(); len(caps) != 0 {
+		t.Errorf("spec mode without the kernel check adds capabilities %v, want none", caps)
+	}
+	if got := d.sc("allowPrivilegeEscalation"); got != false {
+		t.Errorf("allowPrivilegeEscalation = %v, want false", got)
+	}
+	if got := d.sc("appArmorProfile"); got != nil {
+		t.Errorf("appArmorProfile %v, want the runtime's default", got)
+	}
+	if !d.hasArg("--skip-kernel-check") {
+		t.Errorf("args %v lack --skip-kernel-check", d.args)
+	}
 }
 
 func TestTemplateNamespaceMode(t *testing.T) {
-	d, _ := renderDaemonSet(t, "mode=namespace")
+	// Namespace mode checks whatever kernelCheck says: it has the
+	// privileges anyway.
+	d, _ := renderDaemonSet(t, "mode=namespace", "kernelCheck=false")
 	checkCommon(t, d)
+	checkKernelCheckPrivileges(t, d)
 	if want := []string{"NET_ADMIN", "SETGID", "SETUID", "SYS_ADMIN", "SYS_PTRACE"}; !reflect.DeepEqual(d.addedCaps(), want) {
 		t.Errorf("namespace mode adds %v, want exactly %v", d.addedCaps(), want)
 	}
@@ -329,11 +414,14 @@ func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
 	}
 	// Where no kube-proxy serves the kubernetes Service: extraEnv.
 	d, _ = renderDaemonSet(t, "extraEnv[0].name=KUBERNETES_SERVICE_HOST", "extraEnv[0].value=10.0.0.1")
-	if env := get(d.ctr, "env"); !reflect.DeepEqual(get(env, 1), obj{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"}) || get(env, 0, "name") != "NODE_NAME" {
+	env := asList(get(d.ctr, "env"))
+	if !slices.ContainsFunc(env, func(e any) bool {
+		return reflect.DeepEqual(e, obj{"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.1"})
+	}) || get(env, 0, "name") != "NODE_NAME" {
 		t.Errorf("extraEnv: env %v", env)
 	}
 	// Both sockets in one directory: one volume, mounted once.
-	d, _ = renderDaemonSet(t, "containerd.socket=/run/x/containerd.sock", "nri.socket=/run/x/nri.sock")
+	d, _ = renderDaemonSet(t, "containerd.socket=/run/x/containerd.sock", "nri.socket=/run/x/nri.sock", "lastGoodConfigDir=")
 	if len(d.hostDirs()) != 1 {
 		t.Errorf("one directory for both sockets: hostPaths %v", d.hostDirs())
 	}
@@ -342,13 +430,95 @@ func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
 func TestTemplateWithoutTaintRemovalOrMetrics(t *testing.T) {
 	d, objs := renderDaemonSet(t, "removeTaint=false", "metrics.enabled=false")
 	if find(t, objs, "ClusterRole") != nil || find(t, objs, "ClusterRoleBinding") != nil {
-		t.Error("RBAC rendered without removeTaint")
+		t.Error("the node ClusterRole rendered without removeTaint")
 	}
-	if get(d.pod, "automountServiceAccountToken") != false || d.hasArg("--remove-taint") {
-		t.Errorf("token mounted or --remove-taint without removeTaint: %v", d.args)
+	if d.hasArg("--remove-taint") {
+		t.Errorf("--remove-taint without removeTaint: %v", d.args)
 	}
+	// Events still need the token.
+	if get(d.pod, "automountServiceAccountToken") != true || !d.hasArg("--kubernetes-events") {
+		t.Errorf("Events on without removeTaint: token %v, args %v", get(d.pod, "automountServiceAccountToken"), d.args)
+	}
+	checkEventsRole(t, objs)
 	if get(d.ctr, "readinessProbe") != nil || strings.Contains(strings.Join(d.args, " "), "--metrics-address") {
 		t.Error("readiness probe or metrics without metrics.enabled")
+	}
+}
+
+// Neither the taint nor Events: no token, no RBAC, no pod identity.
+func TestTemplateWithoutAPIAccess(t *testing.T) {
+	d, objs := renderDaemonSet(t, "removeTaint=false", "events.enabled=false")
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if find(t, objs, kind) != nil {
+			t.Errorf("%s rendered without removeTaint or Events", kind)
+		}
+	}
+	if get(d.pod, "automountServiceAccountToken") != false || d.hasArg("--kubernetes-events") {
+		t.Errorf("token mounted or --kubernetes-events without Events: %v", d.args)
+	}
+	if refs := d.envFieldRefs(); len(refs) != 1 {
+		t.Errorf("downward API env %v, want NODE_NAME alone", refs)
+	}
+}
+
+func TestTemplateWithoutLastGoodConfig(t *testing.T) {
+	d, _ := renderDaemonSet(t, "lastGoodConfigDir=")
+	if _, ok := d.hostDirs()["/var/lib/nri-sysctl"]; ok || strings.Contains(strings.Join(d.args, " "), "--last-good-config") {
+		t.Errorf("lastGoodConfigDir empty: hostPaths %v, args %v", d.hostDirs(), d.args)
+	}
+	d, _ = renderDaemonSet(t, "lastGoodConfigDir=/var/lib/other")
+	if d.hostDirs()["/var/lib/other"] != [2]string{"/var/lib/other", "DirectoryOrCreate"} || !d.hasArg("--last-good-config=/var/lib/other/last-good-config.yaml") {
+		t.Errorf("lastGoodConfigDir=/var/lib/other: hostPaths %v, args %v", d.hostDirs(), d.args)
+	}
+}
+
+// renderNotes renders the chart's NOTES.txt, which helm template leaves
+// out: in a copy of the chart, the notes' text becomes a ConfigMap's data,
+// indented as a YAML block.
+func renderNotes(t *testing.T, sets ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "nri-sysctl")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(dir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n    " +
+		strings.ReplaceAll(string(notes), "\n", "\n    ") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-test.yaml"), []byte(wrapped), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"template", "nri-sysctl", dir, "--namespace", "nri-sysctl", "--kube-version", kubeVersion, "--show-only", "templates/notes-test.yaml"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := get(find(t, decodeAll(t, out), "ConfigMap"), "data", "notes").(string)
+	if text == "" {
+		t.Fatalf("no notes rendered:\n%s", out)
+	}
+	return text
+}
+
+// The install notes say what an operator loses with kernelCheck: false.
+func TestNotesWithoutKernelCheck(t *testing.T) {
+	if n := renderNotes(t); strings.Contains(n, "WARNING") || !strings.Contains(n, "checked against the node's kernel") {
+		t.Errorf("default notes:\n%s", n)
+	}
+	n := renderNotes(t, "kernelCheck=false")
+	for _, want := range []string{"WARNING: kernelCheck is false", "every pod created anywhere in the cluster fails to start", "nri-sysctl validate --config FILE"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("kernelCheck=false notes lack %q:\n%s", want, n)
+		}
+	}
+	// Namespace mode checks anyway: no warning.
+	if n := renderNotes(t, "mode=namespace", "kernelCheck=false"); strings.Contains(n, "WARNING") {
+		t.Errorf("namespace mode notes warn:\n%s", n)
 	}
 }
 
@@ -359,6 +529,8 @@ func TestTemplateRefusesBadValues(t *testing.T) {
 		{"nri.socket=/nri.sock", "socket"},
 		{"watchConfigInterval=often", "watchConfigInterval"},
 		{"unknownKey=1", "unknownKey"},
+		{"lastGoodConfigDir=var/lib/nri-sysctl", "lastGoodConfigDir"},
+		{"events.enabled=yes", "events"},
 	} {
 		out, err := renderText(t, tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -6,9 +6,13 @@ package e2e
 // the pods' containers through CRI.
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +32,13 @@ const (
 	pluginRelease      = "nri-sysctl"
 	k8sWatchInterval   = "1s"
 	pluginConfigMapKey = "config.yaml"
+	// The chart's metrics.port.
+	pluginMetricsPort = 9183
 )
+
+// k8sRefused is an edit this node's kernel check must refuse, merged into
+// a good config: a value the kernel refuses (issue 21's typo).
+var k8sRefused = map[string]string{"net.ipv4.tcp_keepalive_time": "abc"}
 
 // The plugin's config in the test: two network keys and one IPC key, so
 // that hostNetwork pods still get something.
@@ -91,6 +101,7 @@ type k8sPod struct {
 	} `json:"spec"`
 	Status struct {
 		Phase      string `json:"phase"`
+		PodIP      string `json:"podIP"`
 		Conditions []struct {
 			Type, Status, Reason, Message string
 		} `json:"conditions"`
@@ -275,6 +286,93 @@ func (k *k8sCluster) usageOf(t *testing.T, id string) (peakKiB, rssKiB int, cpu 
 	return peakKiB, rssKiB, cpu
 }
 
+// readyPluginPod waits for the one plugin pod that is running and ready
+// and is not the pod whose UID is gone (a deleted one: it must have left
+// the API server too, so that its container is no longer on the node).
+func (k *k8sCluster) readyPluginPod(t *testing.T, gone string, timeout time.Duration) k8sPod {
+	t.Helper()
+	var ready k8sPod
+	waitUntil(t, timeout, "one ready plugin pod", func() (bool, string) {
+		var pods struct{ Items []k8sPod }
+		k.mustDo(t, http.MethodGet, "/api/v1/namespaces/"+pluginNamespace+"/pods", "", nil, &pods)
+		var seen []string
+		found := 0
+		for _, p := range pods.Items {
+			isReady := p.Status.Phase == "Running"
+			for _, c := range p.Status.Conditions {
+				if c.Type == "Ready" && c.Status != "True" {
+					isReady = false
+				}
+			}
+			seen = append(seen, fmt.Sprintf("%s %s ready=%v", p.Metadata.Name, p.Status.Phase, isReady))
+			if p.Metadata.UID == gone {
+				return false, "the old pod is still there: " + strings.Join(seen, ", ")
+			}
+			if isReady {
+				ready = p
+				found++
+			}
+		}
+		return found == 1 && len(pods.Items) == 1, strings.Join(seen, ", ")
+	})
+	return ready
+}
+
+// metricsOf scrapes a plugin pod's /metrics at its pod IP.
+func metricsOf(t *testing.T, p k8sPod) map[string]float64 {
+	t.Helper()
+	return scrape(t, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(pluginMetricsPort)))
+}
+
+// configInfo is the nri_sysctl_config_info series naming this config text.
+func configInfo(text, mode string) string {
+	sum := sha256.Sum256([]byte(text))
+	return fmt.Sprintf(`nri_sysctl_config_info{hash="%s",mode="%s"}`, hex.EncodeToString(sum[:])[:12], mode)
+}
+
+const (
+	reloadFailures  = `nri_sysctl_config_reloads_total{result="failure"}`
+	reloadSuccesses = `nri_sysctl_config_reloads_total{result="success"}`
+)
+
+// k8sEvent is what the test reads of an Event.
+type k8sEvent struct {
+	Reason, Message, Type string
+	InvolvedObject        struct{ Kind, Name, Namespace, UID string } `json:"involvedObject"`
+}
+
+// waitEvent waits for an Event on the pod with the reason whose message
+// starts with prefix and holds each of has.
+func (k *k8sCluster) waitEvent(t *testing.T, p k8sPod, reason, prefix string, has ...string) k8sEvent {
+	t.Helper()
+	q := url.Values{"fieldSelector": {"involvedObject.uid=" + p.Metadata.UID}}
+	var found k8sEvent
+	waitUntil(t, time.Minute, fmt.Sprintf("a %s Event on pod %s", reason, p.Metadata.Name), func() (bool, string) {
+		var events struct{ Items []k8sEvent }
+		k.mustDo(t, http.MethodGet, "/api/v1/namespaces/"+p.Metadata.Namespace+"/events?"+q.Encode(), "", nil, &events)
+		var seen []string
+		for _, e := range events.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason != reason || !strings.HasPrefix(e.Message, prefix) {
+				continue
+			}
+			ok := true
+			for _, h := range has {
+				ok = ok && strings.Contains(e.Message, h)
+			}
+			if ok {
+				found = e
+				return true, ""
+			}
+		}
+		return false, strings.Join(seen, " | ")
+	})
+	if o := found.InvolvedObject; o.Kind != "Pod" || o.Name != p.Metadata.Name || o.Namespace != pluginNamespace || found.Type != "Warning" {
+		t.Errorf("Event %+v: want a Warning about pod %s/%s", found, pluginNamespace, p.Metadata.Name)
+	}
+	return found
+}
+
 func (k *k8sCluster) setConfig(t *testing.T, text string) time.Time {
 	t.Helper()
 	patch := map[string]any{"data": map[string]string{pluginConfigMapKey: text}}
@@ -369,6 +467,10 @@ func TestK8sFleet(t *testing.T) {
 		},
 		"config": k8sConfig(k8sDefaults),
 		"mode":   mode,
+		// The node's state directory in the test's own; every other
+		// value that shapes the plugin (kernelCheck, events) is the
+		// chart's default.
+		"lastGoodConfigDir": filepath.Join(k.dir, "nri-sysctl-state"),
 	}
 	if mode == "namespace" {
 		dir := c.netnsDir(t)
@@ -430,8 +532,8 @@ func TestK8sFleet(t *testing.T) {
 		wantSysctls(t, "pod with its own tcp_keepalive_time", own, merged(k8sDefaults, map[string]string{"net.ipv4.tcp_keepalive_time": "900"}))
 	})
 
-	t.Run("ConfigMap edits reach the next pod; a broken edit keeps the config in force", func(t *testing.T) {
-		edited := merged(k8sDefaults, map[string]string{"net.ipv4.tcp_keepalive_time": "500"})
+	edited := merged(k8sDefaults, map[string]string{"net.ipv4.tcp_keepalive_time": "500"})
+	t.Run("ConfigMap edits reach the next pod", func(t *testing.T) {
 		before := strings.Count(k.pluginLogsAll(t, plugin), "config reloaded")
 		editAt := k.setConfig(t, k8sConfig(edited))
 		took := waitUntil(t, kubeletSyncFrequency+time.Minute, "the plugin to reload the edited ConfigMap", func() (bool, string) {
@@ -442,21 +544,69 @@ func TestK8sFleet(t *testing.T) {
 			t.Errorf("the edit took %s to reach the plugin, more than %s", time.Since(editAt), limit)
 		}
 		wantSysctls(t, "pod created after the edit", k.workloadValues(t, workload{name: "edited"}), edited)
-
-		k.setConfig(t, k8sConfig(edited)+"  vm.swappiness: 1\n")
-		waitUntil(t, kubeletSyncFrequency+time.Minute, "the broken edit to be rejected", func() (bool, string) {
-			logs := k.pluginLogsAll(t, plugin)
-			return strings.Contains(logs, "reload rejected") && strings.Contains(logs, "vm.swappiness"), ""
-		})
-		wantSysctls(t, "pod created after the broken edit", k.workloadValues(t, workload{name: "broken"}), edited)
-
-		// Back to the defaults, for what follows.
-		before = strings.Count(k.pluginLogsAll(t, plugin), "config reloaded")
-		k.setConfig(t, k8sConfig(k8sDefaults))
-		waitUntil(t, kubeletSyncFrequency+time.Minute, "the plugin to reload the restored ConfigMap", func() (bool, string) {
-			return strings.Count(k.pluginLogsAll(t, plugin), "config reloaded") > before, ""
-		})
 	})
+
+	// Issue 21: with the chart's defaults (the kernel check on in both
+	// modes, the last good config on the node, Events), an edit the
+	// kernel refuses is rejected on the node and seen where operators
+	// look; the rejected file stays mounted, and a restarted plugin pod
+	// runs on the last good config instead of refusing to start.
+	if !t.Run("a refused edit: rejected on the node, an Event and /metrics; a restarted plugin pod runs on the last good config", func(t *testing.T) {
+		if !metrics {
+			t.Skip("the plugin has no /metrics")
+		}
+		var refusedKey string
+		for key := range k8sRefused {
+			refusedKey = key
+		}
+		phase := time.Now()
+		old := k.readyPluginPod(t, "", time.Minute)
+		editedInfo := configInfo(k8sConfig(edited), mode)
+		before := metricsOf(t, old)
+		if before[editedInfo] != 1 {
+			t.Fatalf("want %s 1 before the refused edit; have %v", editedInfo, seriesOf(before, "nri_sysctl_config_info"))
+		}
+		k.setConfig(t, k8sConfig(merged(edited, k8sRefused)))
+		waitUntil(t, kubeletSyncFrequency+time.Minute, "the refused edit to be rejected (a failed reload in /metrics)", func() (bool, string) {
+			m := metricsOf(t, old)
+			return m[reloadFailures] > before[reloadFailures], fmt.Sprint(seriesOf(m, "nri_sysctl_config_reloads_total"))
+		})
+		if after := metricsOf(t, old); after[editedInfo] != 1 {
+			t.Errorf("after the refused edit: want %s 1 (the config in force); have %v", editedInfo, seriesOf(after, "nri_sysctl_config_info"))
+		}
+		k.waitEvent(t, old, "ConfigRejected", "reload rejected: ", refusedKey)
+		wantSysctls(t, "pod created after the refused edit", k.workloadValues(t, workload{name: "refused"}), edited)
+		logf("refused edit: rejected, Event, /metrics and a pod's values checked in %s", time.Since(phase).Round(time.Millisecond))
+
+		// A restart of the plugin's pod: the DaemonSet makes a new one,
+		// which mounts the still-refused ConfigMap.
+		phase = time.Now()
+		if data, code, err := k.do(http.MethodDelete, "/api/v1/namespaces/"+pluginNamespace+"/pods/"+old.Metadata.Name, "", nil); err != nil || code != http.StatusOK {
+			t.Fatalf("delete plugin pod %s: HTTP %d %v %s", old.Metadata.Name, code, err, data)
+		}
+		restarted := k.readyPluginPod(t, old.Metadata.UID, 2*time.Minute)
+		plugin = k.pluginContainer(t)
+		logf("plugin pod %s replaced by %s, ready in %s", old.Metadata.Name, restarted.Metadata.Name, time.Since(phase).Round(time.Millisecond))
+		m := metricsOf(t, restarted)
+		if m[editedInfo] != 1 || m[reloadFailures] != 1 || m[reloadSuccesses] != 0 {
+			t.Errorf("restarted plugin: want %s 1 and one failed reload; have %v %v", editedInfo, seriesOf(m, "nri_sysctl_config_info"), seriesOf(m, "nri_sysctl_config_reloads_total"))
+		}
+		k.waitEvent(t, restarted, "LastGoodConfig", "config rejected at start, running on the last good config", refusedKey)
+		wantSysctls(t, "pod created after the plugin restarted on the last good config", k.workloadValues(t, workload{name: "lastgood"}), edited)
+		logf("restart on the last good config: ready, Event, /metrics and a pod's values checked in %s", time.Since(phase).Round(time.Millisecond))
+
+		// The fixed ConfigMap is reloaded by the restarted plugin.
+		phase = time.Now()
+		k.setConfig(t, k8sConfig(k8sDefaults))
+		defaultsInfo := configInfo(k8sConfig(k8sDefaults), mode)
+		waitUntil(t, kubeletSyncFrequency+time.Minute, "the restarted plugin to reload the fixed ConfigMap", func() (bool, string) {
+			m := metricsOf(t, restarted)
+			return m[defaultsInfo] == 1 && m[reloadSuccesses] == 1, fmt.Sprint(seriesOf(m, "nri_sysctl_config"))
+		})
+		logf("fixed ConfigMap reloaded in %s", time.Since(phase).Round(time.Millisecond))
+	}) {
+		t.FailNow()
+	}
 
 	t.Run("containerd restart: the plugin pod reconnects", func(t *testing.T) {
 		logs := k.pluginLogsAll(t, plugin)
@@ -490,7 +640,7 @@ func TestK8sFleet(t *testing.T) {
 		t.Errorf("the plugin does not log mode=%s:\n%s", mode, logs)
 	}
 	peak, rss, cpu := k.usageOf(t, plugin)
-	logf("plugin (%s mode) after install, 8 pods, 3 reloads and a containerd restart: VmHWM %d KiB, VmRSS %d KiB, CPU %s in %s", mode, peak, rss, cpu, time.Since(installStart).Round(time.Second))
+	logf("plugin (%s mode) restarted on the last good config, after 3 pods, a reload and a containerd restart: VmHWM %d KiB, VmRSS %d KiB, CPU %s in %s", mode, peak, rss, cpu, time.Since(installStart).Round(time.Second))
 
 	t.Run("helm upgrade rolls the plugin; helm uninstall leaves nothing on the node", func(t *testing.T) {
 		h.run(t, "upgrade", pluginRelease, chart, "-n", pluginNamespace, "-f", valuesFile, "--set", "log.level=info", "--wait", "--timeout", "3m")

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"golang.org/x/sys/unix"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+)
+
+const (
+	goodText   = "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n"
+	goodText2  = "sysctls:\n  net.ipv4.tcp_keepalive_time: 400\n"
+	brokenText = "sysctls:\n  vm.swappiness: 1\n"
+	// refusedText holds a value this kernel's probe refuses (fakeKernel).
+	refusedText = "sysctls:\n  net.ipv4.tcp_keepalive_intvl: 50\n  net.ipv4.tcp_keepalive_time: abc\n"
+)
+
+// fakeKernel refuses the value "abc" (EINVAL), as probe.Kernel does, and
+// stores every other value as written.
+func fakeKernel(values map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+	stored := map[string]map[string]sysctl.Stored{}
+	for n, vs := range values {
+		stored[n] = map[string]sysctl.Stored{}
+		for _, v := range vs {
+			if v == "abc" {
+				stored[n][v] = sysctl.Stored{Err: unix.EINVAL}
+			} else {
+				stored[n][v] = sysctl.Stored{Text: v}
+			}
+		}
+	}
+	return nil, stored, nil
+}
+
+// lastGoodPlugin is a plugin with the fake kernel check, metrics on, and
+// --last-good-config in a directory of its own; it logs to logs.
+func lastGoodPlugin(t *testing.T) (p *plugin, lastGood string, logs *syncBuffer) {
+	t.Helper()
+	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) {
+		return map[sysctl.Writer]map[string]error{}, nil
+	})
+	logs = &syncBuffer{}
+	log := logrus.New()
+	log.SetOutput(logs)
+	p = newPlugin(log, fakeKernel, "")
+	p.metricsListener.flag = "127.0.0.1:0"
+	t.Cleanup(p.metricsListener.close)
+	p.lastGoodPath = filepath.Join(configDir(t), "last-good-config.yaml")
+	return p, p.lastGoodPath, logs
+}
+
+func readText(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// Each config put in force, at start and at a reload, is kept with its
+// exact text and mode 0600, and nothing else is left in the directory;
+// a rejected reload keeps nothing.
+func TestLastGoodKeptOnStartAndReload(t *testing.T) {
+	p, lastGood, _ := lastGoodPlugin(t)
+	file := writeFile(t, goodText)
+	if err := p.loadInitialConfig(file, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := readText(t, lastGood); got != goodText {
+		t.Fatalf("kept %q after start, want %q", got, goodText)
+	}
+	info, err := os.Stat(lastGood)
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v (%v), want 0600", info.Mode(), err)
+	}
+	file2 := writeFile(t, goodText2)
+	p.reload(file2)
+	if got := readText(t, lastGood); got != goodText2 {
+		t.Fatalf("kept %q after a reload, want %q", got, goodText2)
+	}
+	for _, text := range []string{brokenText, refusedText} {
+		p.reload(writeFile(t, text))
+		if got := readText(t, lastGood); got != goodText2 {
+			t.Fatalf("kept %q after a rejected reload of %q, want %q", got, text, goodText2)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Dir(lastGood))
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("directory holds %v, want the last good config alone", names)
+	}
+}
+
+// The node's acceptance case: the mounted file was edited to a value the
+// kernel refuses, and the plugin restarts. It starts on the last good
+// config, counts the rejection, names the kept config in config_info, and
+// still reloads the file once it is fixed.
+func TestStartOnLastGoodWhenTheFileIsRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(path string)
+	}{
+		{"refused by the kernel", func(path string) { os.WriteFile(path, []byte(refusedText), 0o600) }},
+		{"invalid", func(path string) { os.WriteFile(path, []byte(brokenText), 0o600) }},
+		{"missing", func(path string) { os.Remove(path) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, lastGood, logs := lastGoodPlugin(t)
+			dir := newConfigMapDir(t, goodText)
+			if err := p.loadInitialConfig(dir.path(), false); err != nil {
+				t.Fatal(err)
+			}
+			// A restart with the file now bad: a new plugin, same node.
+			p2, _, _ := lastGoodPlugin(t)
+			p2.lastGoodPath = lastGood
+			target, err := filepath.EvalSymlinks(dir.path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.write(target)
+			old := time.Now().Add(-time.Minute)
+			os.Chtimes(target, old, old)
+			if err := p2.loadInitialConfig(dir.path(), false); err != nil {
+				t.Fatalf("start with a rejected file and a last good config: %v\n%s", err, logs.String())
+			}
+			if got := keepaliveTime(p2); got != "300" {
+				t.Fatalf("tcp_keepalive_time in force %q, want the last good config's 300", got)
+			}
+			m := p2.meter.Load()
+			if got := testutil.ToFloat64(m.reloadsFailed); got != 1 {
+				t.Errorf("failed reloads = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(m.reloadsSucceeded); got != 0 {
+				t.Errorf("successful reloads = %v, want 0", got)
+			}
+			want := `nri_sysctl_config_info{hash="` + shortSHA(textSHA256([]byte(goodText))) + `",mode="spec"} 1`
+			if err := testutil.GatherAndCompare(m.registry, strings.NewReader("# HELP nri_sysctl_config_info The config in force: hash is the first 12 hex digits of the SHA-256 of its text, mode the mode in force. Always 1.\n# TYPE nri_sysctl_config_info gauge\n"+want+"\n"), "nri_sysctl_config_info"); err != nil {
+				t.Error(err)
+			}
+			// The kept copy is not rewritten from itself.
+			if got := readText(t, lastGood); got != goodText {
+				t.Errorf("last good config now %q", got)
+			}
+			// A fixed edit is picked up by the watch, and kept.
+			watchLogs := startWatching(t, p2, dir.path(), 10*time.Millisecond, make(chan os.Signal))
+			dir.update(goodText2)
+			waitFor(t, "the fixed edit to be reloaded", func() bool { return keepaliveTime(p2) == "400" })
+			waitFor(t, "the fixed edit to be kept", func() bool { t.Helper(); return readText(t, lastGood) == goodText2 })
+			if got := testutil.ToFloat64(m.reloadsSucceeded); got != 1 {
+				t.Errorf("successful reloads after the fix = %v, want 1\n%s", got, watchLogs.String())
+			}
+		})
+	}
+}
+
+// The start-up fallback says so: at error level, with the file, the
+// reason, the kept config and its sha256, and as a Warning Event.
+func TestStartOnLastGoodSaysSo(t *testing.T) {
+	p, lastGood, _ := lastGoodPlugin(t)
+	if err := os.WriteFile(lastGood, []byte(goodText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeEventsServer(t)
+	p.events = testRecorder(t, f, io.Discard)
+	hook := logtest.NewLocal(p.log)
+	file := writeFile(t, refusedText)
+	if err := p.loadInitialConfig(file, false); err != nil {
+		t.Fatal(err)
+	}
+	e := findEntry(hook, "running on the last good config")
+	if e == nil {
+		t.Fatal("no log line saying the plugin runs on the last good config")
+	}
+	if e.Level != logrus.ErrorLevel || e.Data["file"] != file || e.Data["last_good"] != lastGood || e.Data["sha256"] != textSHA256([]byte(goodText)) {
+		t.Errorf("log line %v %v", e.Level, e.Data)
+	}
+	if err, _ := e.Data[logrus.ErrorKey].(error); err == nil || !strings.Contains(err.Error(), file+`:3: sysctls.net.ipv4.tcp_keepalive_time: the kernel refuses "abc" (invalid argument)`) {
+		t.Errorf("log line's error %v: want the file, line and key", e.Data[logrus.ErrorKey])
+	}
+	posts := waitPosts(t, f, 1)
+	msg, _ := posts[0].body["message"].(string)
+	if posts[0].body["reason"] != reasonLastGoodConfig || posts[0].body["type"] != "Warning" ||
+		!strings.HasPrefix(msg, "config rejected at start, running on the last good config (sha256 "+shortSHA(textSHA256([]byte(goodText)))+"): ") ||
+		!strings.Contains(msg, `net.ipv4.tcp_keepalive_time: the kernel refuses "abc"`) {
+		t.Errorf("Event reason %v message %q", posts[0].body["reason"], msg)
+	}
+}
+
+// When there is nothing to fall back on, the plugin refuses to start,
+// saying why, and sends that as an Event too.
+func TestStartWithoutUsableLastGood(t *testing.T) {
+	t.Run("first start: none kept yet", func(t *testing.T) {
+		p, lastGood, _ := lastGoodPlugin(t)
+		f := newFakeEventsServer(t)
+		p.events = testRecorder(t, f, io.Discard)
+		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "no last good config kept in "+lastGood+" yet") {
+			t.Fatalf("err %v", err)
+		}
+		posts := waitPosts(t, f, 1)
+		if msg, _ := posts[0].body["message"].(string); posts[0].body["reason"] != reasonConfigRejected || !strings.HasPrefix(msg, "config rejected at start, refusing to start: ") {
+			t.Errorf("Event %v", posts[0].body)
+		}
+	})
+	t.Run("the kept config is rejected too", func(t *testing.T) {
+		p, lastGood, _ := lastGoodPlugin(t)
+		os.WriteFile(lastGood, []byte(refusedText), 0o600)
+		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "the last good config cannot be used either") || !strings.Contains(err.Error(), lastGood+":3: sysctls.net.ipv4.tcp_keepalive_time") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("the kept config is not trusted", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: the trust check wants root-owned files")
+		}
+		p, lastGood, _ := lastGoodPlugin(t)
+		os.WriteFile(lastGood, []byte(goodText), 0o600)
+		os.Chmod(lastGood, 0o666)
+		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		if err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+			t.Fatalf("err %v, want the trust check's refusal of the kept config", err)
+		}
+	})
+	t.Run("without --last-good-config: as before", func(t *testing.T) {
+		p, lastGood, _ := lastGoodPlugin(t)
+		os.WriteFile(lastGood, []byte(goodText), 0o600)
+		p.lastGoodPath = ""
+		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		if err == nil || strings.Contains(err.Error(), "last good") {
+			t.Fatalf("err %v, want the file's rejection alone", err)
+		}
+	})
+}
+
+func TestRunRefusesBadLastGoodFlag(t *testing.T) {
+	for _, tc := range []struct{ args []string }{
+		{[]string{"--last-good-config", "relative.yaml"}},
+		{[]string{"--config", "/etc/nri-sysctl/config.yaml", "--last-good-config", "/etc/nri-sysctl/config.yaml"}},
+	} {
+		var stderr strings.Builder
+		if _, err := parseRunFlags(tc.args, &stderr); err == nil || !strings.Contains(stderr.String(), "bad --last-good-config") {
+			t.Errorf("%v: err %v, stderr %q", tc.args, err, stderr.String())
+		}
+	}
+	o, err := parseRunFlags([]string{"--last-good-config", "/var/lib/nri-sysctl/last-good-config.yaml"}, io.Discard)
+	if err != nil || o.lastGoodConfig != "/var/lib/nri-sysctl/last-good-config.yaml" {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// A failed write leaves the old copy whole and no temporary file.
+func TestWriteFileAtomicFailureLeavesOldFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kept.yaml")
+	if err := writeFileAtomic(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The rename fails: path is now a non-empty directory.
+	os.Remove(path)
+	os.MkdirAll(filepath.Join(path, "x"), 0o700)
+	if err := writeFileAtomic(path, []byte("new"), 0o600); err == nil {
+		t.Fatal("writing over a directory succeeded")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("left %d entries, want only the directory", len(entries))
+	}
+}
+
+func findEntry(hook *logtest.Hook, msg string) *logrus.Entry {
+	for _, e := range hook.AllEntries() {
+		if strings.Contains(e.Message, msg) {
+			return e
+		}
+	}
+	return nil
+}
