@@ -309,6 +309,9 @@ func TestTemplateSpecMode(t *testing.T) {
 			t.Errorf("args %v lack %s", d.args, a)
 		}
 	}
+	if got := get(d.ctr, "livenessProbe", "httpGet", "path"); got != "/livez" {
+		t.Errorf("livenessProbe %v, want /livez (never /healthz, which is 503 while containerd restarts)", get(d.ctr, "livenessProbe"))
+	}
 	if got := get(d.ctr, "readinessProbe", "httpGet", "path"); got != "/healthz" {
 		t.Errorf("readinessProbe %v, want /healthz", get(d.ctr, "readinessProbe"))
 	}
@@ -440,7 +443,7 @@ func TestTemplateWithoutTaintRemovalOrMetrics(t *testing.T) {
 		t.Errorf("Events on without removeTaint: token %v, args %v", get(d.pod, "automountServiceAccountToken"), d.args)
 	}
 	checkEventsRole(t, objs)
-	if get(d.ctr, "readinessProbe") != nil || strings.Contains(strings.Join(d.args, " "), "--metrics-address") {
+	if get(d.ctr, "readinessProbe") != nil || get(d.ctr, "livenessProbe") != nil || strings.Contains(strings.Join(d.args, " "), "--metrics-address") {
 		t.Error("readiness probe or metrics without metrics.enabled")
 	}
 }
