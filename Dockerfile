@@ -15,6 +15,6 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 FROM scratch
 COPY --from=build /out/nri-sysctl /nri-sysctl
 # root: the NRI socket's directory is root's alone. The chart drops every
-# capability (spec mode).
+# capability but those the kernel check and the mode need (its README).
 USER 0
 ENTRYPOINT ["/nri-sysctl"]
