@@ -123,9 +123,10 @@ func waitHealthz(t *testing.T, addr string, want int, timeout time.Duration) str
 const operateExcluded = "e2e-op-excluded"
 
 // TestOperateMetrics: a plugin started with --metrics-address before its
-// NRI socket exists answers /healthz 503, and 200 once registered and
-// synchronized. Pods of each kind move the counters by exactly what they
-// should; a second plugin instance that cannot look pods up counts
+// NRI socket exists answers /healthz 503, and 200 once registered,
+// synchronized and containerd answers its lookups. Pods of each kind move
+// the counters by exactly what they should; a second plugin instance that
+// cannot look pods up stays unready (503 naming containerd) and counts
 // lookup_failed.
 func TestOperateMetrics(t *testing.T) {
 	c := getCluster(t)
@@ -201,7 +202,18 @@ func TestOperateMetrics(t *testing.T) {
 	p.stop()
 	failing := freeAddress(t)
 	startPlugin(t, cfgText, "--containerd-address", filepath.Join(c.tmp, "no-such-containerd.sock"), "--metrics-address", failing)
-	waitHealthz(t, failing, http.StatusOK, 10*time.Second)
+	// Registered and synchronized, but not ready: pods cannot be looked
+	// up, so they would get nothing (issue 23, finding 6).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body := httpGet("http://" + failing + "/healthz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "pods cannot be looked up: containerd does not answer") {
+			t.Logf("/healthz with no containerd to look pods up in: %d %s", code, strings.TrimSpace(body))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz with no containerd to look pods up in: %d %q, want 503 naming containerd", code, body)
+		}
+	}
 	before = scrape(t, failing)
 	pod := runPod(t, PodSpec{Name: "nolookup", Namespace: "e2e-op"})
 	id := runContainer(t, pod, "app")
