@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
@@ -173,5 +179,90 @@ func TestValidateWarnsOfUnboundedProfile(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "valid (2 default(s), 0 rule(s), 2 profile(s))") {
 		t.Errorf("stdout = %q", stdout.String())
+	}
+}
+
+// audit expects a profile's values where the pod's annotation asked for
+// one, and the defaults where it did not.
+func TestAuditJudgesProfiles(t *testing.T) {
+	pol := policy.Compile(mustParse(t, profileConfig), nil)
+	own := policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
+	asked := policy.Input{Pod: policy.Pod{Namespace: "trading-eu", Own: own, Annotations: map[string]string{config.ProfilesAnnotation: "low-latency"}}}
+	notAsked := policy.Input{Pod: policy.Pod{Namespace: "trading-eu", Own: own}}
+	withProfile := map[string]podns.Value{
+		"net.core.somaxconn": {Value: "4096"}, "net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_slow_start_after_idle": {Value: "0"},
+	}
+	if v := judge(auditInput{policy: pol, decision: asked, live: withProfile}); !v.ok {
+		t.Errorf("pod that asked, with the profile's values: %+v, want ok", v)
+	}
+	if v := judge(auditInput{policy: pol, decision: notAsked, live: withProfile}); v.ok || !strings.Contains(v.why, "net.core.somaxconn=4096, want 1024") {
+		t.Errorf("pod that did not ask, with the profile's values: %+v, want lacking somaxconn 1024", v)
+	}
+}
+
+// audit decides with the pod's annotations as CRI lists them.
+func TestAuditContainersCarryPodAnnotations(t *testing.T) {
+	pod := &cri.Pod{ID: "p1", Namespace: "trading-eu", Name: "web", Annotations: map[string]string{config.ProfilesAnnotation: "low-latency"}}
+	got, err := auditContainers(context.Background(), []cri.Container{{Pod: pod, ID: "c1", Name: "app"}}, false, "", "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].pod.decision.Pod.Annotations[config.ProfilesAnnotation] != "low-latency" {
+		t.Fatalf("audit pods = %+v, want the pod's annotations in its decision", got)
+	}
+}
+
+// Namespace mode: the profile's keys are written into the pod's namespaces
+// at RunPodSandbox, and the profile is counted once for the pod, not again
+// at each container.
+func TestProfileInNamespaceMode(t *testing.T) {
+	p, m := newMeteredTestPlugin(t, profileConfig+"mode: namespace\n", &fakeFetcher{})
+	var written []string
+	p.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
+		for _, s := range list {
+			written = append(written, s.Key()+"="+s.Value())
+		}
+		return nil
+	}
+	pod := profilePod("n", "trading-eu", "low-latency,x")
+	before := counts(m)
+	if err := p.RunPodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"net.core.somaxconn=4096", "net.ipv4.tcp_keepalive_time=600", "net.ipv4.tcp_slow_start_after_idle=0"}
+	if !slices.Equal(written, want) {
+		t.Errorf("written %v, want %v", written, want)
+	}
+	for _, name := range []string{"app", "side"} {
+		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := adj.GetAnnotations()[annotationSkipped]; got != "profile/x (no such profile)" {
+			t.Errorf("%s: skipped = %q", name, got)
+		}
+	}
+	wantMoved(t, "namespace-mode pod of two containers", before, counts(m), map[string]float64{
+		"profiles/applied": 1, "profiles/unknown": 1,
+		"containers/applied": 2, "applied": 6, "lookups": 1, "namespace_writes": 3,
+	})
+}
+
+// The plugin logs validate's warning at each load, with file, line and key.
+func TestLoadLogsUnboundedProfiles(t *testing.T) {
+	var logs bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logs)
+	log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
+	p := newPlugin(log, nil, "")
+	if _, err := p.Configure(context.Background(), profileConfig, "containerd", "2.4.2"); err != nil {
+		t.Fatal(err)
+	}
+	want := `level=warning msg="not in Kubernetes' safe set, and the profile has no allowedNamespaces: a pod in any namespace can ask for it" file=`
+	if n := strings.Count(logs.String(), want); n != 1 {
+		t.Errorf("log has %d warnings, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "key=profiles.many-conns.sysctls.net.core.somaxconn line=10") {
+		t.Errorf("warning lacks key and line:\n%s", logs.String())
 	}
 }

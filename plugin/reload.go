@@ -49,7 +49,16 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	}
 	p.current.Store(next)
 	logInheritance(p.log, prev.cfg, cfg)
+	logUnboundedProfiles(p.log, cfg)
 	return nil
+}
+
+// logUnboundedProfiles says at each load what validate warns of: sysctls
+// outside Kubernetes' safe set that any pod author can ask for.
+func logUnboundedProfiles(log *logrus.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.WithFields(logrus.Fields{"file": w.File, "line": w.Line, "key": w.Key}).Warn(w.Reason)
+	}
 }
 
 // beforeConfigStore, when set by a test, runs just before a config is put
@@ -140,7 +149,7 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 	if err := p.applyConfig(cfg); err != nil {
 		return err
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules)}).Info("config loaded")
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles)}).Info("config loaded")
 	return nil
 }
 
@@ -186,5 +195,5 @@ func (p *plugin) reload(path string) {
 		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
 		return
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
 }
