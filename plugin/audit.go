@@ -213,7 +213,7 @@ func auditContainers(ctx context.Context, found []cri.Container, lookups bool, a
 		pod := pods[c.Pod]
 		if pod == nil {
 			pod = &auditPod{namespace: c.Pod.Namespace, name: c.Pod.Name, pid: c.Pod.Pid}
-			pod.decision.Pod = policy.Pod{Namespace: c.Pod.Namespace, Name: c.Pod.Name, Labels: c.Pod.Labels, RuntimeHandler: c.Pod.RuntimeHandler, Own: c.Pod.Own}
+			pod.decision.Pod = policy.Pod{Namespace: c.Pod.Namespace, Name: c.Pod.Name, Labels: c.Pod.Labels, Annotations: c.Pod.Annotations, RuntimeHandler: c.Pod.RuntimeHandler, Own: c.Pod.Own}
 			if lookup != nil {
 				own, err := lookup.Fetch(ctx, c.Pod.ID)
 				if err != nil {

@@ -29,6 +29,8 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	name := fs.String("name", "", "the pod's name")
 	labels := keyValues{}
 	fs.Var(labels, "label", "a pod label `K=V` (repeat for more)")
+	annotations := keyValues{}
+	fs.Var(annotations, "annotation", "a pod annotation `K=V` (repeat for more), such as "+config.ProfilesAnnotation+"=a,b")
 	handler := fs.String("runtime-handler", "", "the pod's runtime handler (RuntimeClass handler)")
 	hostNetwork := fs.Bool("host-network", false, "hostNetwork: true (the pod also shares the host's UTS namespace)")
 	hostIPC := fs.Bool("host-ipc", false, "hostIPC: true")
@@ -65,6 +67,7 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 				Namespace:      *namespace,
 				Name:           *name,
 				Labels:         labels,
+				Annotations:    annotations,
 				RuntimeHandler: *handler,
 				Own: ownedUnless(map[sysctl.Namespace]bool{
 					sysctl.Net:  *hostNetwork,
@@ -104,7 +107,7 @@ func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) policy.Use
 
 // explain is the report: one line per configured key (sorted, the order
 // the decision walks them), then the rules that matched in the order they
-// apply, then the exclusion.
+// apply, then the profiles the pod asked for, then the exclusion.
 func explain(cfg *config.Config, refused policy.UserNamespaceRefusals, in policy.Input) []string {
 	pol := policy.Compile(cfg, refused)
 	d := pol.Decide(in)
@@ -130,12 +133,35 @@ func explain(cfg *config.Config, refused policy.UserNamespaceRefusals, in policy
 	default:
 		lines = append(lines, "rules: "+strings.Join(rules, ", ")+" (in this order; a later rule overrides an earlier one)")
 	}
+	lines = append(lines, explainProfiles(d, in.Pod))
 	if d.Excluded != "" {
 		lines = append(lines, "excluded: yes, by "+d.Excluded)
 	} else {
 		lines = append(lines, "excluded: no")
 	}
 	return lines
+}
+
+// explainProfiles says what became of each profile the pod asked for, in
+// the order they apply, with the reason as the skipped annotation gives it.
+func explainProfiles(d policy.Decision, pod policy.Pod) string {
+	_, asked := pod.Annotations[config.ProfilesAnnotation]
+	switch {
+	case !asked:
+		return "profiles: none asked for (" + config.ProfilesAnnotation + ")"
+	case d.Excluded != "":
+		return "profiles: not applied (the pod is excluded)"
+	case len(d.Profiles) == 0:
+		return "profiles: none asked for (" + config.ProfilesAnnotation + " names none)"
+	}
+	parts := make([]string, len(d.Profiles))
+	for i, r := range d.Profiles {
+		parts[i] = r.Name + " applied"
+		if j := slices.IndexFunc(d.Skipped, func(s policy.Skipped) bool { return s.Key == policy.ProfileKeyPrefix+r.Name }); j >= 0 {
+			parts[i] = r.Name + " skipped (" + d.Skipped[j].Reason + ")"
+		}
+	}
+	return "profiles: " + strings.Join(parts, ", ") + " (in this order; a later profile overrides an earlier one)"
 }
 
 // keyValues collects repeated K=V flags.

@@ -41,6 +41,7 @@ net.ipv4.ping_group_range 0 2147483647 applied
 net.ipv4.tcp_fin_timeout - not set (no default and no matching rule)
 net.ipv4.tcp_keepalive_time 600 applied
 rules: none match
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"hostNetwork: only the IPC key", []string{"--namespace", "default", "--host-network"}, `
@@ -50,6 +51,7 @@ net.ipv4.ping_group_range 0 2147483647 ` + hostNet + `
 net.ipv4.tcp_fin_timeout - not set (no default and no matching rule)
 net.ipv4.tcp_keepalive_time 600 ` + hostNet + `
 rules: none match
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"hostIPC", []string{"--namespace", "default", "--host-ipc"}, `
@@ -59,6 +61,7 @@ net.ipv4.ping_group_range 0 2147483647 applied
 net.ipv4.tcp_fin_timeout - not set (no default and no matching rule)
 net.ipv4.tcp_keepalive_time 600 applied
 rules: none match
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"the pod's own value wins, slash form too", []string{"--namespace", "default", "--pod-sysctl", "net/ipv4/tcp_keepalive_time=300"}, `
@@ -68,6 +71,7 @@ net.ipv4.ping_group_range 0 2147483647 applied
 net.ipv4.tcp_fin_timeout - not set (no default and no matching rule)
 net.ipv4.tcp_keepalive_time 600 skipped (pod sets it itself)
 rules: none match
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"later rule wins", []string{"--namespace", "web-a", "--name", "front", "--label", "backlog=big", "--label", "tier=web"}, `
@@ -77,6 +81,7 @@ net.ipv4.ping_group_range 0 2147483647 applied
 net.ipv4.tcp_fin_timeout - not set (no default and no matching rule)
 net.ipv4.tcp_keepalive_time 600 applied
 rules: web, big-backlog (in this order; a later rule overrides an earlier one)
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"a rule's own key", []string{"--namespace", "batch"}, `
@@ -86,6 +91,7 @@ net.ipv4.ping_group_range 0 2147483647 applied
 net.ipv4.tcp_fin_timeout 20 applied
 net.ipv4.tcp_keepalive_time 600 applied
 rules: batch (in this order; a later rule overrides an earlier one)
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"user namespace: ping_group_range clamped to kubelet's GIDs", []string{"--namespace", "default", "--host-users=false"}, `
@@ -95,6 +101,7 @@ net.ipv4.ping_group_range 0 65535 applied
 net.ipv4.tcp_fin_timeout - not set (no default and no matching rule)
 net.ipv4.tcp_keepalive_time 600 applied
 rules: none match
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
 `},
 		{"excluded", []string{"--namespace", "kube-system", "--label", "backlog=big"}, `
@@ -104,6 +111,7 @@ net.ipv4.ping_group_range - skipped (pod excluded: namespace kube-system)
 net.ipv4.tcp_fin_timeout - skipped (pod excluded: namespace kube-system)
 net.ipv4.tcp_keepalive_time - skipped (pod excluded: namespace kube-system)
 rules: not applied (the pod is excluded)
+profiles: none asked for (nri-sysctl.io/profiles)
 excluded: yes, by namespace kube-system
 `},
 	}

@@ -33,7 +33,7 @@ func TestValidateShowsInheritedKeys(t *testing.T) {
 	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 	}
-	want := path + ": valid (4 default(s), 0 rule(s))\n" +
+	want := path + ": valid (4 default(s), 0 rule(s), 0 profile(s))\n" +
 		"net.ipv4.tcp_keepalive_intvl " + hostValue(t, "net/ipv4/tcp_keepalive_intvl") + " (inherited from the host, entry net.ipv4.tcp_keepalive_*)\n" +
 		"net.ipv4.tcp_keepalive_probes " + hostValue(t, "net/ipv4/tcp_keepalive_probes") + " (inherited from the host, entry net.ipv4.tcp_keepalive_*)\n" +
 		"net.ipv4.ip_local_port_range " + hostValue(t, "net/ipv4/ip_local_port_range") + " (inherited from the host, entry net.ipv4.ip_local_port_range)\n"

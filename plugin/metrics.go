@@ -33,7 +33,8 @@ type metrics struct {
 
 	containers     [numOutcomes]prometheus.Counter // by outcome
 	sysctlsApplied prometheus.Counter
-	sysctlsSkipped [policy.NumSkipCodes]prometheus.Counter // by skip code
+	sysctlsSkipped [policy.NumSkipCodes]prometheus.Counter // by skip code, sysctl codes only
+	profiles       map[policy.ProfileOutcome]prometheus.Counter
 
 	lookups        prometheus.Counter
 	lookupFailures prometheus.Counter
@@ -81,7 +82,18 @@ func newMetrics(info configInForce) *metrics {
 		Help: "Configured sysctls a container did not get, by reason (as in nri-sysctl.io/skipped).",
 	}, []string{"reason"})
 	for c := range policy.SkipCode(policy.NumSkipCodes) {
+		if c.Profile() {
+			continue // a profile is no sysctl: nri_sysctl_profiles_total counts it
+		}
 		m.sysctlsSkipped[c] = skipped.WithLabelValues(c.Label())
+	}
+	profiles := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nri_sysctl_profiles_total",
+		Help: "Profiles pods asked for (nri-sysctl.io/profiles), once per pod and profile, by result.",
+	}, []string{"result"})
+	m.profiles = make(map[policy.ProfileOutcome]prometheus.Counter, len(policy.ProfileOutcomes))
+	for _, r := range policy.ProfileOutcomes {
+		m.profiles[r] = profiles.WithLabelValues(string(r))
 	}
 	m.lookups = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "nri_sysctl_pod_lookups_total",
@@ -134,7 +146,7 @@ func newMetrics(info configInForce) *metrics {
 		}
 		return 0
 	})
-	reg.MustRegister(containers, m.sysctlsApplied, skipped, m.lookups, m.lookupFailures, m.lookupSeconds,
+	reg.MustRegister(containers, m.sysctlsApplied, skipped, profiles, m.lookups, m.lookupFailures, m.lookupSeconds,
 		m.namespaceWrites, m.namespaceWriteFailures, reloads, m.lastReloadSucceeded, configInfo, lacking, registered)
 	return m
 }
@@ -152,12 +164,24 @@ func (m *metrics) decided(podID string, o outcome, applied []sysctl.Sysctl, skip
 		m.sysctlsApplied.Add(float64(len(applied)))
 	}
 	for _, s := range skipped {
-		if int(s.Code) < len(m.sysctlsSkipped) {
+		if int(s.Code) < len(m.sysctlsSkipped) && m.sysctlsSkipped[s.Code] != nil {
 			m.sysctlsSkipped[s.Code].Inc()
 		}
 	}
 	if o == outcomeApplied || o == outcomeNothingToApply {
 		m.lacking.forget(podID)
+	}
+}
+
+// profilesDecided counts one pod's profiles, each once.
+func (m *metrics) profilesDecided(results []policy.ProfileResult) {
+	if m == nil {
+		return
+	}
+	for _, r := range results {
+		if c := m.profiles[r.Result]; c != nil {
+			c.Inc()
+		}
 	}
 }
 

@@ -62,7 +62,13 @@ func counts(m *metrics) map[string]float64 {
 		out["containers/"+o.String()] = testutil.ToFloat64(m.containers[o])
 	}
 	for c := range policy.SkipCode(policy.NumSkipCodes) {
+		if c.Profile() {
+			continue // counted by profile, below
+		}
 		out["skipped/"+c.Label()] = testutil.ToFloat64(m.sysctlsSkipped[c])
+	}
+	for _, r := range policy.ProfileOutcomes {
+		out["profiles/"+string(r)] = testutil.ToFloat64(m.profiles[r])
 	}
 	return out
 }
@@ -333,10 +339,17 @@ func TestMetricsNames(t *testing.T) {
 		"nri_sysctl_namespace_writes_total", "nri_sysctl_namespace_write_failures_total",
 		"nri_sysctl_config_reloads_total", "nri_sysctl_config_last_reload_success_timestamp_seconds",
 		"nri_sysctl_config_info", "nri_sysctl_containers_lacking_defaults", "nri_sysctl_registered",
+		"nri_sysctl_profiles_total",
 	} {
 		if !strings.Contains(" "+strings.Join(names, " ")+" ", " "+want+" ") {
 			t.Errorf("no %s in %v", want, names)
 		}
+	}
+	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_profiles_total"); n != len(policy.ProfileOutcomes) {
+		t.Errorf("nri_sysctl_profiles_total has %d series, want one per result (%d)", n, len(policy.ProfileOutcomes))
+	}
+	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_sysctls_skipped_total"); n != int(policy.NumSkipCodes)-2 {
+		t.Errorf("nri_sysctl_sysctls_skipped_total has %d series, want one per sysctl skip code, none for profiles", n)
 	}
 	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_containers_total"); n != numOutcomes {
 		t.Errorf("nri_sysctl_containers_total has %d series, want one per outcome (%d)", n, numOutcomes)
@@ -360,7 +373,7 @@ func TestContainerOutcomeCountsOnlyItsOwnLabel(t *testing.T) {
 
 // The skip metric's labels are the codes' table, in the order of the codes.
 func TestSkipCodeLabels(t *testing.T) {
-	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed"}
+	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed", "profile_unknown", "profile_not_allowed"}
 	var got []string
 	for c := range policy.SkipCode(policy.NumSkipCodes) {
 		got = append(got, c.Label())

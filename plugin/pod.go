@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
@@ -49,7 +50,29 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 		return policy.Decision{}, own, false
 	}
 	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: writerFor(rec.cfg.mode)}
-	return rec.cfg.policy.Decide(in), own, true
+	d := rec.cfg.policy.Decide(in)
+	if len(d.Profiles) > 0 && rec.firstProfileReport() {
+		p.reportProfiles(pod, d)
+	}
+	return d, own, true
+}
+
+// reportProfiles counts and logs what became of the profiles a pod asked
+// for, once per pod: every container of a pod gets the same decision.
+func (p *plugin) reportProfiles(pod *api.PodSandbox, d policy.Decision) {
+	p.meter.Load().profilesDecided(d.Profiles)
+	log := p.podLog(pod)
+	for _, r := range d.Profiles {
+		if r.Result == policy.ProfileApplied {
+			log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result)}).Debug("profile applied")
+			continue
+		}
+		reason := ""
+		if i := slices.IndexFunc(d.Skipped, func(s policy.Skipped) bool { return s.Key == policy.ProfileKeyPrefix+r.Name }); i >= 0 {
+			reason = d.Skipped[i].Reason
+		}
+		log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result), "reason": reason}).Warn("profile not applied; the pod gets the rest")
+	}
 }
 
 // decideInSpecMode decides for a container whose sysctls go on its spec:
@@ -88,6 +111,7 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 		Namespace:      pod.GetNamespace(),
 		Name:           pod.GetName(),
 		Labels:         pod.GetLabels(),
+		Annotations:    pod.GetAnnotations(),
 		RuntimeHandler: pod.GetRuntimeHandler(),
 	}
 	for _, ns := range pod.GetLinux().GetNamespaces() {

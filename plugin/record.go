@@ -32,6 +32,9 @@ type podRecord struct {
 	// tried again at the pod's next container.
 	lookedUp       bool
 	lookupFailures int
+	// profilesReported is set once the pod's profiles were counted and
+	// logged.
+	profilesReported bool
 
 	// Namespace mode only.
 	written   []sysctl.Sysctl    // keys really in the pod's namespaces
@@ -93,6 +96,16 @@ func (r *podRecord) ownSysctls(ctx context.Context, bound func(context.Context) 
 	}
 	r.own, r.lookedUp = own, true
 	return own, true, nil
+}
+
+// firstProfileReport tells the one caller per pod that should count and
+// log its profiles.
+func (r *podRecord) firstProfileReport() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := !r.profilesReported
+	r.profilesReported = true
+	return first
 }
 
 func (r *podRecord) cachedOwn() (podsysctl.PodSysctls, bool) {

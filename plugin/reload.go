@@ -49,7 +49,16 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 	}
 	p.current.Store(next)
 	logInheritance(p.log, prev.cfg, cfg)
+	logUnboundedProfiles(p.log, cfg)
 	return nil
+}
+
+// logUnboundedProfiles says at each load what validate warns of: sysctls
+// outside Kubernetes' safe set that any pod author can ask for.
+func logUnboundedProfiles(log *logrus.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.WithFields(logrus.Fields{"file": w.File, "line": w.Line, "key": w.Key}).Warn(w.Reason)
+	}
 }
 
 // beforeConfigStore, when set by a test, runs just before a config is put
@@ -140,7 +149,7 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 	if err != nil {
 		return p.startOnLastGood(path, err)
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules)}).Info("config loaded")
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles)}).Info("config loaded")
 	p.keepAsLastGood(cfg)
 	return nil
 }
@@ -188,7 +197,7 @@ func (p *plugin) reload(path string) {
 		p.events.warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, shortSHA(p.current.Load().cfg.TextSHA256)))
 		return
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
 	p.keepAsLastGood(cfg)
-	p.events.normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), for pods created from now on", shortSHA(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules)))
+	p.events.normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for pods created from now on", shortSHA(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles)))
 }

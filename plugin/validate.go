@@ -32,11 +32,14 @@ func runValidate(path string, skip bool, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s))\n", path, len(cfg.Sysctls), len(cfg.Rules))
+	fmt.Fprintf(stdout, "%s: valid (%d default(s), %d rule(s), %d profile(s))\n", path, len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles))
 	for _, e := range cfg.KeptInAnotherForm() {
 		fmt.Fprintf(stdout, "%s:%d: %s: the kernel keeps %q as %q; pods get %s\n", path, e.Line, e.Key, e.Written, e.Value, e.Value)
 	}
 	printInheritance(stdout, cfg)
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "warning: %v\n", w)
+	}
 	return 0
 }
 

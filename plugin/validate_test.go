@@ -72,7 +72,7 @@ func TestValidateSkipKernelCheck(t *testing.T) {
 	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d, want 0; %s", code, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "valid (1 default(s), 0 rule(s))") {
+	if !strings.Contains(stdout.String(), "valid (1 default(s), 0 rule(s), 0 profile(s))") {
 		t.Fatalf("stdout = %q", stdout.String())
 	}
 	// Every other check still runs.
@@ -166,7 +166,7 @@ func TestValidatePrintsTheKernelsForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := path + ": valid (2 default(s), 0 rule(s))\n"
+	want := path + ": valid (2 default(s), 0 rule(s), 0 profile(s))\n"
 	if kept := stored["net.ipv4.icmp_ratelimit"]["1001"].Text; kept != "1001" {
 		want += fmt.Sprintf("%s:2: net.ipv4.icmp_ratelimit: the kernel keeps \"1001\" as %q; pods get %s\n", path, kept, kept)
 	}

@@ -49,9 +49,26 @@ const SourceHost = "host"
 // Selector picks pods. In a rule every given field must match (AND); within
 // a list any item may match (OR). Globs use path.Match syntax.
 type Selector struct {
-	Namespaces      []string
-	Labels          map[string]string
+	Namespaces []string
+	Labels     map[string]string
+	// Annotations match pod annotations exactly as Labels match labels.
+	Annotations     map[string]string
 	RuntimeHandlers []string
+}
+
+// ProfilesAnnotation is the pod annotation that asks for profiles by name,
+// comma-separated, applied in that order.
+const ProfilesAnnotation = "nri-sysctl.io/profiles"
+
+// Profile is a set of sysctls a pod asks for by ProfilesAnnotation. Each
+// allow list that is given bounds where it applies (both must match); an
+// absent or empty one bounds nothing.
+type Profile struct {
+	Name                   string
+	AllowedNamespaces      []string
+	AllowedRuntimeHandlers []string
+	Sysctls                []Entry
+	Line                   int
 }
 
 // Rule adds or overrides sysctls for the pods it matches.
@@ -67,6 +84,8 @@ type Config struct {
 	Source  string
 	Sysctls []Entry
 	Rules   []Rule
+	// Profiles are in file order, names unique.
+	Profiles []Profile
 	// Exclude lists pods that get nothing: a pod is excluded when any one
 	// of its criteria matches.
 	Exclude Selector
@@ -133,7 +152,7 @@ const (
 	RefusedFail = "fail"
 )
 
-// KeptInAnotherForm lists the entries, defaults then rules, whose value
+// KeptInAnotherForm lists the entries, defaults, rules then profiles, whose value
 // the kernel keeps in a form of its own: pods get, and annotations show,
 // that form.
 func (c *Config) KeptInAnotherForm() []Entry {
@@ -145,6 +164,13 @@ func (c *Config) KeptInAnotherForm() []Entry {
 	}
 	for _, r := range c.Rules {
 		for _, e := range r.Sysctls {
+			if e.Written != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	for _, pr := range c.Profiles {
+		for _, e := range pr.Sysctls {
 			if e.Written != "" {
 				out = append(out, e)
 			}
@@ -164,7 +190,31 @@ func (c *Config) AllKeys() []string {
 			seen[e.Key] = true
 		}
 	}
+	for _, pr := range c.Profiles {
+		for _, e := range pr.Sysctls {
+			seen[e.Key] = true
+		}
+	}
 	return slices.Sorted(maps.Keys(seen))
+}
+
+// Warnings are what validate points out in a config it accepts: each key
+// outside Kubernetes' safe set in a profile with no allowedNamespaces. Any
+// pod author on the node can ask for such a profile, in any namespace.
+func (c *Config) Warnings() []Problem {
+	var out []Problem
+	for _, pr := range c.Profiles {
+		if len(pr.AllowedNamespaces) > 0 {
+			continue
+		}
+		for _, e := range pr.Sysctls {
+			if !sysctl.KubernetesSafe(e.Key) {
+				out = append(out, Problem{File: c.Source, Line: e.Line, Key: "profiles." + pr.Name + ".sysctls." + e.Key,
+					Reason: "not in Kubernetes' safe set, and the profile has no allowedNamespaces: a pod in any namespace can ask for it"})
+			}
+		}
+	}
+	return out
 }
 
 // Problem is one reason a config was rejected.
@@ -270,6 +320,7 @@ func (p *parser) parse(data []byte) bool {
 		"sysctls":         func(k, v *yaml.Node) { p.cfg.Sysctls = p.sysctlMap(v, "sysctls") },
 		"inheritFromHost": func(k, v *yaml.Node) { p.cfg.InheritFromHost = p.inheritList(v) },
 		"rules":           func(k, v *yaml.Node) { p.rules(v) },
+		"profiles":        func(k, v *yaml.Node) { p.profiles(v) },
 		"exclude":         func(k, v *yaml.Node) { p.cfg.Exclude = p.selector(v, "exclude") },
 		"mode": func(k, v *yaml.Node) {
 			p.cfg.Mode = runtimemode.Mode(p.oneOf(v, "mode", string(runtimemode.Auto), string(runtimemode.Spec), string(runtimemode.Namespace)))
@@ -478,9 +529,58 @@ func (p *parser) selector(n *yaml.Node, where string) Selector {
 	p.eachField(n, where, map[string]func(k, v *yaml.Node){
 		"namespaces":      func(k, v *yaml.Node) { s.Namespaces = p.globs(v, where+".namespaces") },
 		"runtimeHandlers": func(k, v *yaml.Node) { s.RuntimeHandlers = p.globs(v, where+".runtimeHandlers") },
-		"labels":          func(k, v *yaml.Node) { s.Labels = p.labels(v, where+".labels") },
+		"labels":          func(k, v *yaml.Node) { s.Labels = p.labels(v, where+".labels", "label") },
+		"annotations":     func(k, v *yaml.Node) { s.Annotations = p.labels(v, where+".annotations", "annotation") },
 	})
 	return s
+}
+
+// profileNameRE keeps names a comma-separated annotation can carry: no
+// commas, no spaces, nothing that reads as a path.
+var profileNameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+func (p *parser) profiles(n *yaml.Node) {
+	if !p.isKind(n, yaml.MappingNode, "profiles", "a mapping of name: profile") {
+		return
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			p.fail(k.Line, "profiles", "profile name must be a plain string, got %s", describe(k))
+			continue
+		}
+		where := join("profiles", k.Value)
+		if first, dup := seen[k.Value]; dup {
+			p.fail(k.Line, where, "duplicate profile (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if !profileNameRE.MatchString(k.Value) {
+			p.fail(k.Line, where, "profile name %q must be letters, digits, '.', '_' or '-', start and end with a letter or digit, at most 63 characters", k.Value)
+		}
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			p.fail(k.Line, where, "empty profile")
+			continue
+		}
+		pr := Profile{Name: k.Value, Line: k.Line}
+		hasSysctls := false
+		p.eachField(v, where, map[string]func(k, v *yaml.Node){
+			"allowedNamespaces":      func(k, v *yaml.Node) { pr.AllowedNamespaces = p.globs(v, where+".allowedNamespaces") },
+			"allowedRuntimeHandlers": func(k, v *yaml.Node) { pr.AllowedRuntimeHandlers = p.globs(v, where+".allowedRuntimeHandlers") },
+			"sysctls": func(k, v *yaml.Node) {
+				hasSysctls = true
+				pr.Sysctls = p.sysctlMap(v, where+".sysctls")
+			},
+		})
+		if v.Kind != yaml.MappingNode {
+			continue
+		}
+		if !hasSysctls {
+			p.fail(k.Line, where, "profile has no sysctls")
+		}
+		p.cfg.Profiles = append(p.cfg.Profiles, pr)
+	}
 }
 
 func (p *parser) globs(n *yaml.Node, where string) []string {
@@ -502,15 +602,16 @@ func (p *parser) globs(n *yaml.Node, where string) []string {
 	return out
 }
 
-func (p *parser) labels(n *yaml.Node, where string) map[string]string {
-	if !p.isKind(n, yaml.MappingNode, where, "a mapping of label: value") {
+// labels reads a mapping of pod labels or annotations (what names which).
+func (p *parser) labels(n *yaml.Node, where, what string) map[string]string {
+	if !p.isKind(n, yaml.MappingNode, where, "a mapping of "+what+": value") {
 		return nil
 	}
 	out := map[string]string{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if _, dup := out[k.Value]; dup {
-			p.fail(k.Line, join(where, k.Value), "duplicate label")
+			p.fail(k.Line, join(where, k.Value), "duplicate %s", what)
 			continue
 		}
 		out[k.Value] = p.str(v, join(where, k.Value))
@@ -592,7 +693,8 @@ func (p *parser) containerdNamespace(n *yaml.Node, where string) string {
 }
 
 // checkKernel probes every key once in throw-away namespaces, with every
-// value the config can give it: the configured ones and the host's
+// value the config can give it: the configured ones (defaults, rules and
+// profiles) and the host's
 // candidates for inheritFromHost. A value the kernel takes in a form of its
 // own (jiffies rounding, tcp_fastopen_key's hex) is kept in that form, so
 // that what validate prints, the policy gives and the annotations record is
@@ -608,6 +710,9 @@ func (p *parser) checkKernel(check KernelChecker) {
 	add(p.cfg.Sysctls)
 	for _, r := range p.cfg.Rules {
 		add(r.Sysctls)
+	}
+	for _, pr := range p.cfg.Profiles {
+		add(pr.Sysctls)
 	}
 	if len(p.cfg.InheritFromHost) > 0 {
 		host = p.matchHost()
@@ -640,6 +745,9 @@ func (p *parser) checkKernel(check KernelChecker) {
 	report("sysctls", p.cfg.Sysctls)
 	for i, r := range p.cfg.Rules {
 		report(fmt.Sprintf("rules[%d].sysctls", i), r.Sysctls)
+	}
+	for _, pr := range p.cfg.Profiles {
+		report(join("profiles", pr.Name)+".sysctls", pr.Sysctls)
 	}
 	if host != nil {
 		p.inherit(host, k)

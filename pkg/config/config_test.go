@@ -20,9 +20,9 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, rules, sysctls, userNamespaceRefused"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, profiles, rules, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
-	knownMatch = "known fields here: labels, namespaces, runtimeHandlers"
+	knownMatch = "known fields here: annotations, labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
 	notNS      = "is not namespaced: setting it from a pod would change the whole node; set it on the host with /etc/sysctl.d instead"
 )

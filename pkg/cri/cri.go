@@ -21,7 +21,9 @@ import (
 type Pod struct {
 	ID, Namespace, Name string
 	Labels              map[string]string
-	RuntimeHandler      string
+	// Annotations are the pod's: rules, exclude and profiles read them.
+	Annotations    map[string]string
+	RuntimeHandler string
 	// Own is the namespaces the pod has to itself.
 	Own policy.NamespaceSet
 	// Pid is a process in the pod's namespaces: the sandbox's, or else
@@ -69,6 +71,7 @@ func ListRunning(ctx context.Context, address string) ([]Container, error) {
 			Namespace:      sb.GetMetadata().GetNamespace(),
 			Name:           sb.GetMetadata().GetName(),
 			Labels:         sb.GetLabels(),
+			Annotations:    sb.GetAnnotations(),
 			RuntimeHandler: sb.GetRuntimeHandler(),
 			Own:            ownNamespaces(status.GetStatus().GetLinux().GetNamespaces().GetOptions()),
 			Pid:            verbosePid(status.GetInfo()),

@@ -79,3 +79,21 @@ func BenchmarkDecideExcluded(b *testing.B) {
 		p.Decide(in)
 	}
 }
+
+// BenchmarkDecideProfile is the large config with two profiles, one asked
+// for and allowed, one not allowed: the cost a pod pays for asking.
+func BenchmarkDecideProfile(b *testing.B) {
+	cfg := largeConfig(b)
+	extra := mustConfig(b, "profiles:\n  fast:\n    allowedNamespaces: [\"team-*\"]\n    sysctls: {net.core.somaxconn: 4096, net.ipv4.tcp_slow_start_after_idle: 0}\n  locked:\n    allowedNamespaces: [trading]\n    sysctls: {net.ipv4.tcp_fin_timeout: 5}\n")
+	cfg.Profiles = extra.Profiles
+	p := Compile(cfg, nil)
+	in := benchInput()
+	in.Pod.Annotations = map[string]string{config.ProfilesAnnotation: "fast,locked"}
+	if d := p.Decide(in); len(d.Apply) != 66 || len(d.Profiles) != 2 {
+		b.Fatalf("applied %d keys and %d profiles, want 66 and 2", len(d.Apply), len(d.Profiles))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(in)
+	}
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,13 +12,16 @@ import (
 // FuzzDecide checks the decision's safety invariants on arbitrary configs
 // and pods: never a key for a namespace the pod does not own, never a
 // non-namespaced key, never a key the pod set itself, never a key another
-// plugin already set.
+// plugin already set; profiles are each reported once, and only an allowed
+// one is applied. The labels double as the pod's annotations.
 func FuzzDecide(f *testing.F) {
-	f.Add([]byte(rulesConfig), "web-a", "tier=frontend", "runc", uint8(0b0111), "net.core.somaxconn=1", "net.ipv4.tcp_keepalive_time=5")
-	f.Add([]byte(baseConfig), "default", "", "", uint8(0b0010), "kernel.msgmax=1", "")
-	f.Add([]byte(baseConfig), "kube-system", "a=b", "runsc", uint8(0b1111), "", "kernel.domainname=x")
-	f.Add([]byte("sysctls: {net/ipv4/conf/eth0.1/rp_filter: 2, user.max_user_namespaces: 3}\n"), "x", "", "", uint8(0b1000), "net.ipv4.conf.eth0/1.rp_filter=1", "")
-	f.Fuzz(func(t *testing.T, cfgText []byte, namespace, labels, handler string, own uint8, podOwn, existing string) {
+	f.Add([]byte(rulesConfig), "web-a", "tier=frontend", "runc", uint8(0b0111), "net.core.somaxconn=1", "net.ipv4.tcp_keepalive_time=5", "")
+	f.Add([]byte(baseConfig), "default", "", "", uint8(0b0010), "kernel.msgmax=1", "", "")
+	f.Add([]byte(baseConfig), "kube-system", "a=b", "runsc", uint8(0b1111), "", "kernel.domainname=x", "")
+	f.Add([]byte("sysctls: {net/ipv4/conf/eth0.1/rp_filter: 2, user.max_user_namespaces: 3}\n"), "x", "", "", uint8(0b1000), "net.ipv4.conf.eth0/1.rp_filter=1", "", "")
+	f.Add([]byte(profilesConfig), "trading-a", "team.example/tier=gold", "kata-x", uint8(0b0111), "net.core.somaxconn=1", "", "low-latency, x,kata-only,low-latency")
+	f.Add([]byte(profilesConfig), "default", "nri-sysctl.io/off=true", "", uint8(0b0111), "", "", "many-conns")
+	f.Fuzz(func(t *testing.T, cfgText []byte, namespace, labels, handler string, own uint8, podOwn, existing, profiles string) {
 		cfg, err := config.Parse("fuzz.yaml", cfgText, nil)
 		if err != nil {
 			return
@@ -25,15 +29,32 @@ func FuzzDecide(f *testing.F) {
 		p := Compile(cfg, nil)
 		in := Input{
 			Pod: Pod{
-				Namespace: namespace, Labels: pairs(labels), RuntimeHandler: handler,
+				Namespace: namespace, Labels: pairs(labels), Annotations: pairs(labels), RuntimeHandler: handler,
 				Own: ownFromBits(own),
 			},
 			PodOwn:   pairs(podOwn),
 			Existing: pairs(existing),
 		}
+		if profiles != "" {
+			in.Pod.Annotations[config.ProfilesAnnotation] = profiles
+		}
 		d := p.Decide(in)
-		if d.Excluded != "" && (len(d.Apply) != 0 || len(d.Skipped) != 0) {
+		if d.Excluded != "" && (len(d.Apply) != 0 || len(d.Skipped) != 0 || len(d.Profiles) != 0) {
 			t.Fatalf("excluded pod got %v", d)
+		}
+		seen := map[string]bool{}
+		for _, r := range d.Profiles {
+			if seen[r.Name] {
+				t.Fatalf("profile %s reported twice: %v", r.Name, d.Profiles)
+			}
+			seen[r.Name] = true
+			i := slices.IndexFunc(cfg.Profiles, func(pr config.Profile) bool { return pr.Name == r.Name })
+			switch {
+			case i < 0 && r.Result != ProfileUnknown:
+				t.Fatalf("profile %s is not in the config but %s", r.Name, r.Result)
+			case i >= 0 && r.Result == ProfileApplied && !allowed(cfg.Profiles[i], in.Pod):
+				t.Fatalf("profile %s applied outside its allow lists", r.Name)
+			}
 		}
 		for _, s := range d.Apply {
 			ns := sysctl.NamespaceOf(s.Key())
@@ -54,6 +75,11 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+func allowed(pr config.Profile, pod Pod) bool {
+	return (len(pr.AllowedNamespaces) == 0 || anyGlob(pr.AllowedNamespaces, pod.Namespace)) &&
+		(len(pr.AllowedRuntimeHandlers) == 0 || anyGlob(pr.AllowedRuntimeHandlers, pod.RuntimeHandler))
 }
 
 // ownFromBits reads bits 0-3 as Net, IPC, UTS and User.

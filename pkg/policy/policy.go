@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -13,9 +14,12 @@ import (
 
 // Pod is what the decision needs to know about a pod.
 type Pod struct {
-	Namespace      string
-	Name           string
-	Labels         map[string]string
+	Namespace string
+	Name      string
+	Labels    map[string]string
+	// Annotations are the pod's; ProfilesAnnotation among them asks for
+	// profiles.
+	Annotations    map[string]string
 	RuntimeHandler string
 	// Own lists the namespaces the pod has to itself, from the pod
 	// sandbox's namespace list (never the container's: for a hostNetwork
@@ -81,7 +85,33 @@ type Decision struct {
 	Excluded string
 	Apply    []sysctl.Sysctl
 	Skipped  []Skipped
+	// Profiles is what became of each profile the pod asked for, in the
+	// annotation's order, each name once.
+	Profiles []ProfileResult
 }
+
+// ProfileResult is what became of one profile a pod asked for.
+type ProfileResult struct {
+	Name   string
+	Result ProfileOutcome
+}
+
+// ProfileOutcome is the result label of nri_sysctl_profiles_total.
+type ProfileOutcome string
+
+// The results: given, left out by its allow lists, or not in the config.
+const (
+	ProfileApplied    ProfileOutcome = "applied"
+	ProfileNotAllowed ProfileOutcome = "not_allowed"
+	ProfileUnknown    ProfileOutcome = "unknown"
+)
+
+// ProfileOutcomes lists every result, for metrics that show each at 0.
+var ProfileOutcomes = []ProfileOutcome{ProfileApplied, ProfileNotAllowed, ProfileUnknown}
+
+// ProfileKeyPrefix starts the Skipped.Key of a profile that was not
+// applied: "profile/low-latency".
+const ProfileKeyPrefix = "profile/"
 
 // Policy is a config compiled for fast decisions: keys are numbered once, so
 // a decision works on a slice instead of building maps.
@@ -93,7 +123,14 @@ type Policy struct {
 	refusedInUserNS map[sysctl.Writer][]bool
 	base            []string
 	rules           []rule
+	profiles        map[string]*profile
 	exclude         selector
+}
+
+type profile struct {
+	allowedNamespaces      []string
+	allowedRuntimeHandlers []string
+	set                    []indexedValue
 }
 
 type rule struct {
@@ -108,14 +145,20 @@ type selector struct {
 	namespaces      []string
 	runtimeHandlers []string
 	labels          []labelPair
+	annotations     []labelPair
 }
 
 type labelPair struct{ key, value string }
 
 func compileSelector(s config.Selector) selector {
-	out := selector{namespaces: s.Namespaces, runtimeHandlers: s.RuntimeHandlers}
-	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
-		out.labels = append(out.labels, labelPair{k, s.Labels[k]})
+	return selector{namespaces: s.Namespaces, runtimeHandlers: s.RuntimeHandlers,
+		labels: sortedPairs(s.Labels), annotations: sortedPairs(s.Annotations)}
+}
+
+func sortedPairs(m map[string]string) []labelPair {
+	var out []labelPair
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, labelPair{k, m[k]})
 	}
 	return out
 }
@@ -176,6 +219,14 @@ func Compile(cfg *config.Config, refused UserNamespaceRefusals) *Policy {
 		}
 		p.rules = append(p.rules, cr)
 	}
+	p.profiles = make(map[string]*profile, len(cfg.Profiles))
+	for _, pr := range cfg.Profiles {
+		cp := &profile{allowedNamespaces: pr.AllowedNamespaces, allowedRuntimeHandlers: pr.AllowedRuntimeHandlers}
+		for _, e := range pr.Sysctls {
+			cp.set = append(cp.set, indexedValue{idx: index[e.Key], value: e.Value})
+		}
+		p.profiles[pr.Name] = cp
+	}
 	return p
 }
 
@@ -189,7 +240,12 @@ func (p *Policy) Decide(in Input) Decision {
 		return Decision{Excluded: why}
 	}
 	values, n := p.effectiveValues(in.Pod)
-	d := Decision{Apply: make([]sysctl.Sysctl, 0, n)}
+	var d Decision
+	// Only a pod that asks pays for profiles: one map lookup otherwise.
+	if asked, ok := in.Pod.Annotations[config.ProfilesAnnotation]; ok {
+		n += p.applyProfiles(asked, in.Pod, values, &d)
+	}
+	d.Apply = make([]sysctl.Sysctl, 0, n)
 	refused := p.refusedInUserNS[in.Writer]
 	for i, value := range values {
 		if value == "" {
@@ -235,6 +291,54 @@ func (p *Policy) effectiveValues(pod Pod) (values []string, n int) {
 	return values, n
 }
 
+// applyProfiles layers the profiles the pod asked for over values, in the
+// annotation's order, and records in d what became of each (a profile not
+// applied is also a Skipped, for the container's annotation). It returns
+// how many keys got a value they did not have.
+func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decision) (added int) {
+	for rest := asked; rest != ""; {
+		var name string
+		name, rest, _ = strings.Cut(rest, ",")
+		name = strings.TrimSpace(name)
+		if name == "" || slices.ContainsFunc(d.Profiles, func(r ProfileResult) bool { return r.Name == name }) {
+			continue
+		}
+		pr, known := p.profiles[name]
+		var reason string
+		switch {
+		case !known:
+			d.Profiles = append(d.Profiles, ProfileResult{name, ProfileUnknown})
+			d.Skipped = append(d.Skipped, Skipped{Key: ProfileKeyPrefix + name, Code: SkipProfileUnknown, Reason: ReasonProfileUnknown})
+			continue
+		case len(pr.allowedNamespaces) > 0 && !anyGlob(pr.allowedNamespaces, pod.Namespace):
+			reason = ReasonProfileNotAllowed + " in namespace " + pod.Namespace
+		case len(pr.allowedRuntimeHandlers) > 0 && !anyGlob(pr.allowedRuntimeHandlers, pod.RuntimeHandler):
+			reason = ReasonProfileNotAllowed + " for runtime handler " + quoteEmpty(pod.RuntimeHandler)
+		}
+		if reason != "" {
+			d.Profiles = append(d.Profiles, ProfileResult{name, ProfileNotAllowed})
+			d.Skipped = append(d.Skipped, Skipped{Key: ProfileKeyPrefix + name, Code: SkipProfileNotAllowed, Reason: reason})
+			continue
+		}
+		d.Profiles = append(d.Profiles, ProfileResult{name, ProfileApplied})
+		for _, s := range pr.set {
+			if values[s.idx] == "" {
+				added++
+			}
+			values[s.idx] = s.value
+		}
+	}
+	return added
+}
+
+// quoteEmpty names the default runtime handler, which CRI gives as "".
+func quoteEmpty(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
 // skipReason applies, in order: host namespaces, keys the kernel refuses
 // in the pod's user namespace, the pod's own value, and a value already on
 // the container.
@@ -269,11 +373,16 @@ func matches(s selector, pod Pod) bool {
 			return false
 		}
 	}
+	for _, a := range s.annotations {
+		if got, ok := pod.Annotations[a.key]; !ok || got != a.value {
+			return false
+		}
+	}
 	return true
 }
 
 // excludedBy returns the first exclusion criterion the pod meets: any one
-// namespace, runtime handler or label pair excludes it.
+// namespace, runtime handler, label or annotation pair excludes it.
 func excludedBy(s selector, pod Pod) string {
 	for _, g := range s.namespaces {
 		if glob(g, pod.Namespace) {
@@ -288,6 +397,11 @@ func excludedBy(s selector, pod Pod) string {
 	for _, l := range s.labels {
 		if got, ok := pod.Labels[l.key]; ok && got == l.value {
 			return "label " + l.key + "=" + got
+		}
+	}
+	for _, a := range s.annotations {
+		if got, ok := pod.Annotations[a.key]; ok && got == a.value {
+			return "annotation " + a.key + "=" + got
 		}
 	}
 	return ""

@@ -18,6 +18,11 @@ const (
 	// SkipWriteFailed: namespace mode could not write the key into the
 	// pod's namespaces. The writer reports it; Decide never does.
 	SkipWriteFailed
+	// SkipProfileUnknown: the pod asked for a profile the config lacks.
+	// Its Skipped.Key is ProfileKeyPrefix and the name, not a sysctl.
+	SkipProfileUnknown
+	// SkipProfileNotAllowed: the profile's allow lists leave the pod out.
+	SkipProfileNotAllowed
 
 	// NumSkipCodes counts the codes, for tables indexed by code.
 	NumSkipCodes = iota
@@ -25,20 +30,28 @@ const (
 
 // Skip reasons, stable for logs and tests.
 const (
-	ReasonHostNamespace = "pod shares the host's namespace"
-	ReasonPodOwn        = "pod sets it itself"
-	ReasonExisting      = "already set on the container (runtime or another plugin)"
-	ReasonUserNamespace = "the kernel refuses it inside a user namespace"
-	ReasonWriteFailed   = "write failed"
+	ReasonHostNamespace     = "pod shares the host's namespace"
+	ReasonPodOwn            = "pod sets it itself"
+	ReasonExisting          = "already set on the container (runtime or another plugin)"
+	ReasonUserNamespace     = "the kernel refuses it inside a user namespace"
+	ReasonWriteFailed       = "write failed"
+	ReasonProfileUnknown    = "no such profile"
+	ReasonProfileNotAllowed = "not allowed"
 )
 
 var skipCodes = [NumSkipCodes]struct{ label, text string }{
-	SkipHostNamespace: {"host_namespace", ReasonHostNamespace},
-	SkipPodOwn:        {"pod_own", ReasonPodOwn},
-	SkipExisting:      {"existing", ReasonExisting},
-	SkipUserNamespace: {"user_namespace", ReasonUserNamespace},
-	SkipWriteFailed:   {"write_failed", ReasonWriteFailed},
+	SkipHostNamespace:     {"host_namespace", ReasonHostNamespace},
+	SkipPodOwn:            {"pod_own", ReasonPodOwn},
+	SkipExisting:          {"existing", ReasonExisting},
+	SkipUserNamespace:     {"user_namespace", ReasonUserNamespace},
+	SkipWriteFailed:       {"write_failed", ReasonWriteFailed},
+	SkipProfileUnknown:    {"profile_unknown", ReasonProfileUnknown},
+	SkipProfileNotAllowed: {"profile_not_allowed", ReasonProfileNotAllowed},
 }
+
+// Profile tells whether the code is about a profile, not a sysctl: such a
+// skip is counted by nri_sysctl_profiles_total, not with the sysctls.
+func (c SkipCode) Profile() bool { return c == SkipProfileUnknown || c == SkipProfileNotAllowed }
 
 // Label names the code in metrics (nri_sysctl_sysctls_skipped_total{reason}).
 func (c SkipCode) Label() string { return skipCodes[c].label }

@@ -153,8 +153,9 @@ func writtenInUserNamespace(e config.Entry, gids []IDMapping) map[sysctl.Writer]
 	return out
 }
 
-// eachEntry calls fn for every entry of cfg, defaults then rules, with the
-// place it has in the file ("sysctls.", "rules[0].sysctls.").
+// eachEntry calls fn for every entry of cfg, defaults, rules then
+// profiles, with the place it has in the file ("sysctls.",
+// "rules[0].sysctls.", "profiles.low-latency.sysctls.").
 func eachEntry(cfg *config.Config, fn func(where string, e config.Entry)) {
 	for _, e := range cfg.Sysctls {
 		if e.Source == config.SourceHost {
@@ -166,6 +167,11 @@ func eachEntry(cfg *config.Config, fn func(where string, e config.Entry)) {
 	for i, r := range cfg.Rules {
 		for _, e := range r.Sysctls {
 			fn(fmt.Sprintf("rules[%d].sysctls.", i), e)
+		}
+	}
+	for _, pr := range cfg.Profiles {
+		for _, e := range pr.Sysctls {
+			fn("profiles."+pr.Name+".sysctls.", e)
 		}
 	}
 }

@@ -172,3 +172,30 @@ func TestUserNamespaceValuesAndProblems(t *testing.T) {
 		t.Fatalf("problems:\n%q\nwant\n%q", lines, wantLines)
 	}
 }
+
+// Profile values are probed and judged for user-namespace pods like the
+// rest, at the profile's line.
+func TestUserNamespaceValuesIncludeProfiles(t *testing.T) {
+	cfg := mustConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n"+
+		"profiles:\n  fast:\n    sysctls: {net.ipv4.tcp_keepalive_time: 800, net.ipv4.ping_group_range: 0 2147483647}\n")
+	gids := []IDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+	got := UserNamespaceValues(cfg, gids)
+	want := map[sysctl.Writer]map[string][]string{
+		sysctl.WriterInPod: {"net.ipv4.tcp_keepalive_time": {"600", "800"}, "net.ipv4.ping_group_range": {"0 65535"}},
+		sysctl.WriterHost:  {"net.ipv4.tcp_keepalive_time": {"600", "800"}, "net.ipv4.ping_group_range": {"100000 165535"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("UserNamespaceValues = %v, want %v", got, want)
+	}
+	stored := map[sysctl.Writer]map[string]map[string]sysctl.Stored{
+		sysctl.WriterInPod: {"net.ipv4.tcp_keepalive_time": {"600": {Text: "600"}, "800": {Err: unix.EACCES}}},
+	}
+	var lines []string
+	for _, p := range UserNamespaceProblems(cfg, gids, nil, stored) {
+		lines = append(lines, p.Error())
+	}
+	wantLines := []string{`test.yaml:5: profiles.fast.sysctls.net.ipv4.tcp_keepalive_time: in a pod with its own user namespace, the kernel refuses "800" (permission denied) (when runc in the pod writes it)`}
+	if !reflect.DeepEqual(lines, wantLines) {
+		t.Fatalf("problems:\n%q\nwant\n%q", lines, wantLines)
+	}
+}

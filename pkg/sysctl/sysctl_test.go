@@ -422,3 +422,25 @@ func FuzzNormalize(f *testing.F) {
 		}
 	})
 }
+
+func TestKubernetesSafe(t *testing.T) {
+	safe := []string{
+		"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
+		"net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time",
+		"net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+		"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+	}
+	for _, k := range safe {
+		if !KubernetesSafe(k) {
+			t.Errorf("%s: not safe, want safe", k)
+		}
+	}
+	for _, k := range []string{"net.core.somaxconn", "kernel.msgmax", "net.ipv4.tcp_slow_start_after_idle", "net/ipv4/tcp_rmem", ""} {
+		if KubernetesSafe(k) {
+			t.Errorf("%q: safe, want unsafe (normalized keys only)", k)
+		}
+	}
+	if len(kubernetesSafe) != len(safe) {
+		t.Errorf("the table has %d keys, want %d", len(kubernetesSafe), len(safe))
+	}
+}
