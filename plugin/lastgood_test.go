@@ -153,8 +153,13 @@ func TestStartOnLastGoodWhenTheFileIsRejected(t *testing.T) {
 			if got := readText(t, lastGood); got != goodText {
 				t.Errorf("last good config now %q", got)
 			}
-			// A fixed edit is picked up by the watch, and kept.
+			// The watch does not try the rejected text again (ten polls)...
 			watchLogs := startWatching(t, p2, dir.path(), 10*time.Millisecond, make(chan os.Signal))
+			time.Sleep(100 * time.Millisecond)
+			if got := testutil.ToFloat64(m.reloadsFailed); got != 1 {
+				t.Fatalf("failed reloads = %v after the watch started, want still 1: the rejected file was tried again\n%s", got, watchLogs.String())
+			}
+			// ... and a fixed edit is picked up by the watch, and kept.
 			dir.update(goodText2)
 			waitFor(t, "the fixed edit to be reloaded", func() bool { return keepaliveTime(p2) == "400" })
 			waitFor(t, "the fixed edit to be kept", func() bool { t.Helper(); return readText(t, lastGood) == goodText2 })

@@ -142,12 +142,21 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 			return nil
 		}
 	}
+	// Read before the load: if the file changes in between, the watcher
+	// sees one change too many, never one too few.
+	before, _ := configDigest(path)
 	cfg, err := p.loadFile(path)
 	if err == nil {
 		err = p.applyConfig(cfg)
 	}
 	if err != nil {
-		return p.startOnLastGood(path, err)
+		if err := p.startOnLastGood(path, err); err != nil {
+			return err
+		}
+		// The file stays rejected until it changes: the watcher must not
+		// try the same text again.
+		p.rejectedFileDigest = before
+		return nil
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles)}).Info("config loaded")
 	p.keepAsLastGood(cfg)

@@ -71,6 +71,9 @@ type plugin struct {
 	// (--kubernetes-events, events.go): both off when zero.
 	lastGoodPath string
 	events       *eventRecorder
+	// rejectedFileDigest is the digest of the config file's text that was
+	// rejected at start when the plugin runs on the last good config.
+	rejectedFileDigest string
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {

@@ -26,9 +26,12 @@ func (p *plugin) watchConfigFile(ctx context.Context, path string, interval time
 	out := make(chan os.Signal, 1)
 	// The content in force, as it was read when loaded: an edit made
 	// since then is a change to reload.
+	// On the last good config, the file's content was rejected at start.
 	var last string
 	if cfg := p.current.Load().cfg; cfg.Source == path {
 		last = cfg.TextSHA256
+	} else {
+		last = p.rejectedFileDigest
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "interval": interval.String()}).Info("watching the config file for changes")
 	send := func(s os.Signal) {
