@@ -407,6 +407,40 @@ func TestTemplateNamespaceMode(t *testing.T) {
 	}
 }
 
+// Issue 23, item 8: a fleet of containerd 2.2 and 2.3+ nodes in one
+// release. auto passes the choice to each node's plugin, with namespace
+// mode's privileges on every node.
+func TestTemplateAutoMode(t *testing.T) {
+	d, _ := renderDaemonSet(t, "mode=auto")
+	checkCommon(t, d)
+	checkKernelCheckPrivileges(t, d)
+	if want := []string{"NET_ADMIN", "SETGID", "SETUID", "SYS_ADMIN", "SYS_PTRACE"}; !reflect.DeepEqual(d.addedCaps(), want) {
+		t.Errorf("auto mode adds %v, want namespace mode's %v", d.addedCaps(), want)
+	}
+	if get(d.pod, "hostPID") != true || !d.hasArg("--mode=auto") || d.hasArg("--skip-kernel-check") {
+		t.Errorf("auto mode: hostPID %v, args %v; want hostPID, --mode=auto and the kernel check", get(d.pod, "hostPID"), d.args)
+	}
+}
+
+// Issue 23, finding 2: inheritFromHost reads the host's namespaces
+// through /proc/1/ns, so in spec mode a config that uses it gets hostPID
+// and CAP_SYS_PTRACE, and one that does not stays without.
+func TestTemplateSpecModeInheritFromHost(t *testing.T) {
+	plain, _ := renderDaemonSet(t)
+	if get(plain.pod, "hostPID") != nil || slices.Contains(plain.addedCaps(), "SYS_PTRACE") {
+		t.Errorf("spec mode without inheritFromHost: hostPID %v, caps %v; want neither", get(plain.pod, "hostPID"), plain.addedCaps())
+	}
+	for _, sets := range [][]string{
+		{"config=inheritFromHost: [net.ipv4.tcp_keepalive_*]"},
+		{"existingConfigMap=mine", "hostNamespaceAccess=true"},
+	} {
+		d, _ := renderDaemonSet(t, sets...)
+		if get(d.pod, "hostPID") != true || !slices.Contains(d.addedCaps(), "SYS_PTRACE") {
+			t.Errorf("%v: hostPID %v, caps %v; want hostPID and SYS_PTRACE", sets, get(d.pod, "hostPID"), d.addedCaps())
+		}
+	}
+}
+
 func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
 	d, _ := renderDaemonSet(t, "containerd.socket=/run/k3s/containerd/containerd.sock")
 	if got := d.hostDirs()["/run/k3s/containerd"]; got != [2]string{"/run/k3s/containerd", "Directory"} {
@@ -527,7 +561,7 @@ func TestNotesWithoutKernelCheck(t *testing.T) {
 
 func TestTemplateRefusesBadValues(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
-		{"mode=auto", "mode"},
+		{"mode=bogus", "mode"},
 		{"containerd.socket=containerd.sock", "socket"},
 		{"nri.socket=/nri.sock", "socket"},
 		{"watchConfigInterval=often", "watchConfigInterval"},
