@@ -639,3 +639,35 @@ func TestNamespaceIsLabelledPrivileged(t *testing.T) {
 		t.Fatalf("namespace.yaml: kind %q, labels %v; want a Namespace with pod-security.kubernetes.io/enforce: privileged", ns.Kind, ns.Metadata.Labels)
 	}
 }
+
+// Issue 23, finding 1: only the selected scrapers may reach the metrics
+// port, by default; the policy selects the plugin's own pods, and is left
+// out when metrics or the policy are off.
+func TestTemplateNetworkPolicy(t *testing.T) {
+	np := find(t, render(t), "NetworkPolicy")
+	if np == nil {
+		t.Fatal("no NetworkPolicy with the default values")
+	}
+	if got := get(np, "spec", "podSelector", "matchLabels", "app.kubernetes.io/name"); got != "nri-sysctl" {
+		t.Errorf("the policy selects %v, want the plugin's pods", get(np, "spec", "podSelector"))
+	}
+	ingress, _ := get(np, "spec", "ingress").([]any)
+	if len(ingress) != 1 {
+		t.Fatalf("ingress %v, want one rule", ingress)
+	}
+	rule := ingress[0].(obj)
+	from := rule["from"].([]any)[0].(obj)
+	ports := rule["ports"].([]any)
+	if get(from, "podSelector", "matchLabels", "app.kubernetes.io/name") != "prometheus" || len(ports) != 1 || get(ports[0].(obj), "port") != 9183 {
+		t.Errorf("ingress %v: want only pods labelled app.kubernetes.io/name=prometheus, on port 9183", rule)
+	}
+	custom := find(t, render(t, "networkPolicy.scrapers.podSelector.matchLabels.app=vmagent", "metrics.port=9200"), "NetworkPolicy")
+	if rule := get(custom, "spec", "ingress").([]any)[0].(obj); get(rule["from"].([]any)[0].(obj), "podSelector", "matchLabels", "app") != "vmagent" || get(rule["ports"].([]any)[0].(obj), "port") != 9200 {
+		t.Errorf("custom scrapers: %v", rule)
+	}
+	for _, sets := range [][]string{{"networkPolicy.enabled=false"}, {"metrics.enabled=false"}} {
+		if np := find(t, render(t, sets...), "NetworkPolicy"); np != nil {
+			t.Errorf("%v: a NetworkPolicy is rendered: %v", sets, np)
+		}
+	}
+}
