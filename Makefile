@@ -80,7 +80,8 @@ e2e: build
 ## controller manager, scheduler, kubelet; built by test/setup.sh --k8s) on
 ## the harness's containerd; the image from make image (root).
 ## One run per containerd: 2.4.2 with the chart's spec mode, 2.1.9 with
-## its namespace mode.
+## its auto mode (namespace mode's privileges; the plugin chooses namespace
+## mode there).
 E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
 e2e-k8s: image
 	test/setup.sh --k8s $(E2E_K8S_CONTAINERD_VERSIONS)

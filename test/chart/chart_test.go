@@ -407,6 +407,40 @@ func TestTemplateNamespaceMode(t *testing.T) {
 	}
 }
 
+// Issue 23, item 8: a fleet of containerd 2.2 and 2.3+ nodes in one
+// release. auto passes the choice to each node's plugin, with namespace
+// mode's privileges on every node.
+func TestTemplateAutoMode(t *testing.T) {
+	d, _ := renderDaemonSet(t, "mode=auto")
+	checkCommon(t, d)
+	checkKernelCheckPrivileges(t, d)
+	if want := []string{"NET_ADMIN", "SETGID", "SETUID", "SYS_ADMIN", "SYS_PTRACE"}; !reflect.DeepEqual(d.addedCaps(), want) {
+		t.Errorf("auto mode adds %v, want namespace mode's %v", d.addedCaps(), want)
+	}
+	if get(d.pod, "hostPID") != true || !d.hasArg("--mode=auto") || d.hasArg("--skip-kernel-check") {
+		t.Errorf("auto mode: hostPID %v, args %v; want hostPID, --mode=auto and the kernel check", get(d.pod, "hostPID"), d.args)
+	}
+}
+
+// Issue 23, finding 2: inheritFromHost reads the host's namespaces
+// through /proc/1/ns, so in spec mode a config that uses it gets hostPID
+// and CAP_SYS_PTRACE, and one that does not stays without.
+func TestTemplateSpecModeInheritFromHost(t *testing.T) {
+	plain, _ := renderDaemonSet(t)
+	if get(plain.pod, "hostPID") != nil || slices.Contains(plain.addedCaps(), "SYS_PTRACE") {
+		t.Errorf("spec mode without inheritFromHost: hostPID %v, caps %v; want neither", get(plain.pod, "hostPID"), plain.addedCaps())
+	}
+	for _, sets := range [][]string{
+		{"config=inheritFromHost: [net.ipv4.tcp_keepalive_*]"},
+		{"existingConfigMap=mine", "hostNamespaceAccess=true"},
+	} {
+		d, _ := renderDaemonSet(t, sets...)
+		if get(d.pod, "hostPID") != true || !slices.Contains(d.addedCaps(), "SYS_PTRACE") {
+			t.Errorf("%v: hostPID %v, caps %v; want hostPID and SYS_PTRACE", sets, get(d.pod, "hostPID"), d.addedCaps())
+		}
+	}
+}
+
 func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
 	d, _ := renderDaemonSet(t, "containerd.socket=/run/k3s/containerd/containerd.sock")
 	if got := d.hostDirs()["/run/k3s/containerd"]; got != [2]string{"/run/k3s/containerd", "Directory"} {
@@ -527,7 +561,7 @@ func TestNotesWithoutKernelCheck(t *testing.T) {
 
 func TestTemplateRefusesBadValues(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
-		{"mode=auto", "mode"},
+		{"mode=bogus", "mode"},
 		{"containerd.socket=containerd.sock", "socket"},
 		{"nri.socket=/nri.sock", "socket"},
 		{"watchConfigInterval=often", "watchConfigInterval"},
@@ -603,5 +637,37 @@ func TestNamespaceIsLabelledPrivileged(t *testing.T) {
 	}
 	if ns.Kind != "Namespace" || ns.Metadata.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
 		t.Fatalf("namespace.yaml: kind %q, labels %v; want a Namespace with pod-security.kubernetes.io/enforce: privileged", ns.Kind, ns.Metadata.Labels)
+	}
+}
+
+// Issue 23, finding 1: only the selected scrapers may reach the metrics
+// port, by default; the policy selects the plugin's own pods, and is left
+// out when metrics or the policy are off.
+func TestTemplateNetworkPolicy(t *testing.T) {
+	np := find(t, render(t), "NetworkPolicy")
+	if np == nil {
+		t.Fatal("no NetworkPolicy with the default values")
+	}
+	if got := get(np, "spec", "podSelector", "matchLabels", "app.kubernetes.io/name"); got != "nri-sysctl" {
+		t.Errorf("the policy selects %v, want the plugin's pods", get(np, "spec", "podSelector"))
+	}
+	ingress, _ := get(np, "spec", "ingress").([]any)
+	if len(ingress) != 1 {
+		t.Fatalf("ingress %v, want one rule", ingress)
+	}
+	rule := ingress[0].(obj)
+	from := rule["from"].([]any)[0].(obj)
+	ports := rule["ports"].([]any)
+	if get(from, "podSelector", "matchLabels", "app.kubernetes.io/name") != "prometheus" || len(ports) != 1 || get(ports[0].(obj), "port") != 9183 {
+		t.Errorf("ingress %v: want only pods labelled app.kubernetes.io/name=prometheus, on port 9183", rule)
+	}
+	custom := find(t, render(t, "networkPolicy.scrapers.podSelector.matchLabels.app=vmagent", "metrics.port=9200"), "NetworkPolicy")
+	if rule := get(custom, "spec", "ingress").([]any)[0].(obj); get(rule["from"].([]any)[0].(obj), "podSelector", "matchLabels", "app") != "vmagent" || get(rule["ports"].([]any)[0].(obj), "port") != 9200 {
+		t.Errorf("custom scrapers: %v", rule)
+	}
+	for _, sets := range [][]string{{"networkPolicy.enabled=false"}, {"metrics.enabled=false"}} {
+		if np := find(t, render(t, sets...), "NetworkPolicy"); np != nil {
+			t.Errorf("%v: a NetworkPolicy is rendered: %v", sets, np)
+		}
 	}
 }

@@ -414,14 +414,20 @@ func TestK8sFleet(t *testing.T) {
 		t.Skip("the Kubernetes roll-out test runs with make e2e-k8s (NRI_SYSCTL_E2E_K8S=1)")
 	}
 	c := getCluster(t)
-	// The chart's mode for this containerd: spec from 2.3 on, else
-	// namespace (hostPID and five capabilities).
-	mode := "spec"
+	// The chart's mode for this containerd: spec from 2.3 on; before,
+	// auto (namespace mode's privileges, hostPID and five capabilities),
+	// with which the plugin chooses namespace mode on this node, as it
+	// would on the older nodes of a mixed fleet. mode is what the plugin
+	// runs in.
+	mode, chartMode := "spec", "spec"
 	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 3) {
-		mode = "namespace"
+		mode, chartMode = "namespace", "auto"
 	}
-	mode = envOr("NRI_SYSCTL_E2E_K8S_MODE", mode)
-	logf("TestK8sFleet: containerd %s, chart mode %s", c.version, mode)
+	chartMode = envOr("NRI_SYSCTL_E2E_K8S_MODE", chartMode)
+	if chartMode != "auto" {
+		mode = chartMode
+	}
+	logf("TestK8sFleet: containerd %s, chart mode %s, plugin mode %s", c.version, chartMode, mode)
 	archive := filepath.Join(c.repoRoot, "bin", "nri-sysctl-image.tar")
 	image := imageName(t, archive)
 	repo, tag, _ := strings.Cut(image, ":")
@@ -466,13 +472,13 @@ func TestK8sFleet(t *testing.T) {
 			map[string]string{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(k.apiPort)},
 		},
 		"config": k8sConfig(k8sDefaults),
-		"mode":   mode,
+		"mode":   chartMode,
 		// The node's state directory in the test's own; every other
 		// value that shapes the plugin (kernelCheck, events) is the
 		// chart's default.
 		"lastGoodConfigDir": filepath.Join(k.dir, "nri-sysctl-state"),
 	}
-	if mode == "namespace" {
+	if chartMode != "spec" {
 		dir := c.netnsDir(t)
 		values["netnsDir"] = dir
 		// HostToContainer propagation needs the directory on a shared
