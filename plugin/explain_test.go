@@ -116,16 +116,7 @@ excluded: yes, by namespace kube-system
 `},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			args := append([]string{"explain", "--config", path, "--skip-kernel-check"}, tc.args...)
-			if code := run(args, &stdout, &stderr); code != 0 {
-				t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
-			}
-			if got, want := stdout.String(), strings.TrimPrefix(tc.want, "\n"); got != want {
-				t.Errorf("nri-sysctl %s:\n got:\n%s\nwant:\n%s", strings.Join(args, " "), got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantExplain(t, path, tc.args, tc.want) })
 	}
 }
 
@@ -159,5 +150,19 @@ func TestExplainFlags(t *testing.T) {
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2; stderr %s", args, code, stderr.String())
 		}
+	}
+}
+
+// wantExplain runs explain (no kernel check) on the config at path with
+// args, and wants exactly want (a leading newline dropped).
+func wantExplain(t *testing.T, path string, args []string, want string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append([]string{"explain", "--config", path, "--skip-kernel-check"}, args...)
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if got, want := stdout.String(), strings.TrimPrefix(want, "\n"); got != want {
+		t.Errorf("nri-sysctl %s:\n got:\n%s\nwant:\n%s", strings.Join(args, " "), got, want)
 	}
 }

@@ -154,16 +154,7 @@ excluded: yes, by annotation nri-sysctl.io/off=true
 `},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			args := append([]string{"explain", "--config", path, "--skip-kernel-check"}, tc.args...)
-			if code := run(args, &stdout, &stderr); code != 0 {
-				t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
-			}
-			if got, want := stdout.String(), strings.TrimPrefix(tc.want, "\n"); got != want {
-				t.Errorf("nri-sysctl %s:\n got:\n%s\nwant:\n%s", strings.Join(args, " "), got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantExplain(t, path, tc.args, tc.want) })
 	}
 }
 
