@@ -1,5 +1,12 @@
 # nri-sysctl
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version (the file VERSION, semver), and its form for each format
+# (hack/version): make VERSION=0.3.0-rc.1 ... recomputes them all.
+VERSION   ?= $(shell cat VERSION)
+version_as = $(shell $(GO) run ./hack/version -version '$(VERSION)' $(1))
+DEB_VERSION   = $(call version_as,deb)
+RPM_VERSION   = $(call version_as,rpm)
+OCI_TAG       = $(call version_as,oci)
+CHART_VERSION = $(call version_as,helm)
 PREFIX    ?= /usr/local
 DESTDIR   ?=
 BIN       := bin/nri-sysctl
@@ -17,19 +24,24 @@ CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: all build version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
 build:
+	$(GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./plugin
 
+## version: the version in each format.
+version:
+	@for f in semver deb rpm oci helm; do v=$$($(GO) run ./hack/version -version '$(VERSION)' $$f) || exit 1; printf '%-7s %s\n' $$f "$$v"; done
+
 ## image: the Dockerfile's image, built offline from bin/nri-sysctl as an OCI
-## archive (bin/nri-sysctl-image.tar, named $(IMAGE_NAME):$(VERSION));
+## archive (bin/nri-sysctl-image.tar, named $(IMAGE_NAME):$(OCI_TAG));
 ## load it with `ctr -n k8s.io images import`. The tool is hack/image, a
 ## module of its own.
 image: build
-	cd hack/image && $(GO) run . -binary $(abspath $(BIN)) -name $(IMAGE_NAME):$(VERSION) -out $(abspath $(IMAGE_TAR))
+	cd hack/image && $(GO) run . -binary $(abspath $(BIN)) -name $(IMAGE_NAME):$(OCI_TAG) -out $(abspath $(IMAGE_TAR))
 
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
 test: fmt-check vet lint unit
@@ -43,7 +55,7 @@ $(GOLANGCI_LINT):
 	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./test/install/ ./test/chart/ ./test/internal/...
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/chart/ ./test/internal/...
 	cd hack/image && $(GO) test -count=1 ./...
 
 ## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).
