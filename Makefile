@@ -12,7 +12,7 @@ DESTDIR   ?=
 BIN       := bin/nri-sysctl
 GO        ?= go
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
-# containerd versions the end-to-end tests run against (see README).
+# containerd versions the end-to-end tests run against (see docs/modes-and-runtimes.md).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
 # The container image (make image): an OCI image layout archive.
@@ -112,7 +112,7 @@ vm-setup:
 
 ## vm-test: a real node under qemu (systemd as PID 1, containerd,
 ## nri-sysctl.service, kubelet with static pods), built as a Debian 12 image
-## and cached in /var/cache/nri-sysctl-e2e/vm (test/vm, README "The VM test").
+## and cached in /var/cache/nri-sysctl-e2e/vm (test/vm, docs/testing.md "The VM test").
 ## VM_TEST_RUN selects tests (a go test -run pattern).
 VM_TEST_RUN ?= .
 vm-test: build vm-setup
@@ -145,6 +145,9 @@ install: build
 	install -d $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl
 	$(BIN) --help > $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/nri-sysctl.txt 2>&1
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/README.md
+	install -m 0644 CHANGELOG.md $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/CHANGELOG.md
+	install -d $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/docs/
 	sed -i 's#/usr/local/bin/nri-sysctl#$(PREFIX)/bin/nri-sysctl#g' $(DESTDIR)/etc/systemd/system/nri-sysctl.service
 	$(DESTDIR)$(PREFIX)/bin/nri-sysctl validate --skip-kernel-check --config $(DESTDIR)/etc/nri-sysctl/config.yaml
 

@@ -318,7 +318,7 @@ func TestHealthz(t *testing.T) {
 	check("synchronized again", http.StatusOK)
 }
 
-// Every metric is nri_sysctl_*, and the ones documented in the README are
+// Every metric is nri_sysctl_*, and the ones documented in docs/operating.md are
 // there from the first scrape (counters with their labels at 0).
 func TestMetricsNames(t *testing.T) {
 	_, m := newMeteredTestPlugin(t, testConfig, &fakeFetcher{})

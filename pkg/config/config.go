@@ -129,7 +129,7 @@ type Inheritance struct {
 	// including keys that an explicit value in sysctls overrides.
 	Keys []string
 	// LeftOut counts the namespaced keys it matched that a pod cannot be
-	// given (see the README), such as keys a fresh pod namespace lacks.
+	// given (see docs/configuration.md), such as keys a fresh pod namespace lacks.
 	LeftOut int
 }
 
@@ -144,7 +144,7 @@ func (c *Config) Inherited() []Entry {
 	return out
 }
 
-// Error policies (see the README).
+// Error policies (see docs/configuration.md).
 const (
 	OnErrorFail = "fail"
 	OnErrorWarn = "warn"

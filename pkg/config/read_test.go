@@ -412,7 +412,7 @@ func TestLoadWhileFileChanges(t *testing.T) {
 			if i%2 == 1 {
 				text = long
 			}
-			// Atomically, as the README asks: a new file renamed over
+			// Atomically, as docs/deploying.md asks: a new file renamed over
 			// the old one. (An in-place rewrite read while it happens
 			// is refused by the size and mtime checks; see
 			// TestLoadRetriesAChangedFile. A writer that stops halfway

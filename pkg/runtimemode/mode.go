@@ -61,7 +61,7 @@ var (
 
 // runtimeLine maps a runtime's releases to the NRI they vendor, for runtimes
 // that do not report it. Each entry is the first release of a line; the
-// table is read from the vendored go.mod of each release (README,
+// table is read from the vendored go.mod of each release (docs/modes-and-runtimes.md,
 // "Compatibility").
 type runtimeLine struct {
 	from version
@@ -114,7 +114,7 @@ func nriOf(rt Runtime) (v version, source string, known bool) {
 // appliesSysctls lists the runtimes known to apply an NRI sysctl
 // adjustment to the container's spec once their NRI carries it. CRI-O is
 // left out: its 1.35 and 1.36 releases vendor NRI v0.11.0 (the panic), and
-// no release with v0.12 exists yet (README, "Compatibility").
+// no release with v0.12 exists yet (docs/modes-and-runtimes.md, "Compatibility").
 var appliesSysctls = map[string]bool{"containerd": true}
 
 // Decide picks the mode for a runtime. Spec mode only where the runtime is

@@ -257,7 +257,7 @@ func checkCommon(t *testing.T, d daemonSet) {
 	}
 }
 
-// The privileges the kernel check needs (README "What the kernel check
+// The privileges the kernel check needs (the chart README "What the kernel check
 // costs"): its throw-away namespaces and /proc/sys remount, the user
 // namespace probe's id mapping, and no AppArmor confinement.
 func checkKernelCheckPrivileges(t *testing.T, d daemonSet) {

@@ -265,7 +265,7 @@ func mapsEqualOn(a, b map[string]string, keys []string) bool {
 // TestContainerdLookupUnreachable: the plugin cannot reach containerd to read
 // pods' own sysctls. Pods start, and the plugin sets nothing for them: with
 // a pod's own sysctls unknown, any key could override the pod's own value
-// (README, "How the decision works", step 4). So every container has the
+// (docs/configuration.md, "How the decision works", step 4). So every container has the
 // values without plugin, a pod's own value survives, and the plugin warns
 // once per pod, not once per container.
 func TestContainerdLookupUnreachable(t *testing.T) {

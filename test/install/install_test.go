@@ -74,7 +74,7 @@ func tree(t *testing.T, dir string) map[string]fs.FileMode {
 	return files
 }
 
-// expectedTree is the layout the README ("Baking it into a node image")
+// expectedTree is the layout docs/deploying.md ("Baking it into a node image")
 // documents, with each file's mode.
 func expectedTree(t *testing.T, root, prefix string) map[string]fs.FileMode {
 	t.Helper()
@@ -85,6 +85,7 @@ func expectedTree(t *testing.T, root, prefix string) map[string]fs.FileMode {
 		"/etc/systemd/system/nri-sysctl-reload.path":    0o644,
 		"/etc/systemd/system/nri-sysctl-reload.service": 0o644,
 		prefix + "/share/doc/nri-sysctl/README.md":      0o644,
+		prefix + "/share/doc/nri-sysctl/CHANGELOG.md":   0o644,
 		prefix + "/share/doc/nri-sysctl/nri-sysctl.txt": 0o644,
 		// The drop-in that turns metrics on; not enabled by install.
 		prefix + "/share/nri-sysctl/systemd/metrics.conf": 0o644,
@@ -95,6 +96,10 @@ func expectedTree(t *testing.T, root, prefix string) map[string]fs.FileMode {
 	}
 	for _, d := range drops {
 		want[prefix+"/share/nri-sysctl/containerd/"+filepath.Base(d)] = 0o644
+	}
+	// The docs pages beside the README, so that its links resolve there.
+	for _, d := range docsPages(t, root) {
+		want[prefix+"/share/doc/nri-sysctl/docs/"+filepath.Base(d)] = 0o644
 	}
 	return want
 }
@@ -141,10 +146,14 @@ func TestMakeInstall(t *testing.T) {
 				"/etc/systemd/system/nri-sysctl-reload.path":    "systemd/nri-sysctl-reload.path",
 				"/etc/systemd/system/nri-sysctl-reload.service": "systemd/nri-sysctl-reload.service",
 				tc.want + "/share/doc/nri-sysctl/README.md":     "README.md",
+				tc.want + "/share/doc/nri-sysctl/CHANGELOG.md":  "CHANGELOG.md",
 			}
 			for p := range want {
 				if strings.HasPrefix(p, tc.want+"/share/nri-sysctl/containerd/") {
 					same[p] = "config/containerd/" + filepath.Base(p)
+				}
+				if strings.HasPrefix(p, tc.want+"/share/doc/nri-sysctl/docs/") {
+					same[p] = "docs/" + filepath.Base(p)
 				}
 			}
 			for installed, src := range same {
@@ -356,4 +365,14 @@ func readUnit(t *testing.T, path string) map[string]string {
 		}
 	}
 	return out
+}
+
+// docsPages lists docs/*.md, which make install puts beside the README.
+func docsPages(t *testing.T, root string) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no docs/*.md in %s: %v", root, err)
+	}
+	return pages
 }

@@ -11,7 +11,7 @@ package vm
 // Values are read inside each pod's container. The test fails where the two
 // disagree on a case where they are meant to agree (knownDifferences lists
 // the ones that are explained in docs/kubelet-comparison.md), and where
-// compare-both is not what the README promises (the pod's own values,
+// compare-both is not what docs/testing.md promises (the pod's own values,
 // kubelet's defaults included, win over the plugin's).
 
 import (
@@ -40,7 +40,7 @@ var compareRuns = []string{"compare-kubelet", "compare-plugin", "compare-both"}
 // notComparable: pods where kubelet's feature and the plugin are not meant
 // to agree, with the reason (docs/kubelet-comparison.md).
 var notComparable = map[string]string{
-	"userns": "the plugin leaves out keys a user namespace refuses (README); kubelet sets every default",
+	"userns": "the plugin leaves out keys a user namespace refuses (docs/configuration.md); kubelet sets every default",
 }
 
 const notStarted = "did not start"

@@ -3,7 +3,7 @@
 // kubelet creating static pods. It checks, from inside the pods' containers
 // and from the VM's host namespaces, that the node's first pods get their
 // defaults, that reload, containerd restarts and a killed plugin behave as
-// the README says, the pre-installed set-up, namespace mode on containerd
+// docs/deploying.md says, the pre-installed set-up, namespace mode on containerd
 // 2.2.9 under the hardened unit, and the unit's systemd-analyze exposure.
 // The plugin's own log is never the proof.
 //
@@ -518,7 +518,7 @@ func TestVMSpecModeService(t *testing.T) {
 	checkHostUntouched(t, v)
 }
 
-// maxExposure is the score measured in the VM (systemd 252, README): a
+// maxExposure is the score measured in the VM (systemd 252, docs/testing.md): a
 // higher one means the unit lost some of its hardening.
 const maxExposure = 3.0
 

@@ -36,7 +36,7 @@ compare-*) cp "$L/containerd-userns.toml" /etc/containerd/conf.d/50-vmtest-usern
 esac
 
 if [[ $scenario == preinstalled ]]; then
-	# The README's "Pre-installed: containerd starts it", word for word.
+	# docs/deploying.md's "Pre-installed: containerd starts it", word for word.
 	install -D -m 0755 /usr/bin/nri-sysctl /opt/nri/plugins/90-sysctl
 	install -D -m 0600 /etc/nri-sysctl/config.yaml /etc/nri/conf.d/90-sysctl.conf
 	cp /usr/share/nri-sysctl/containerd/20-nri-sysctl-preinstalled.toml /etc/containerd/conf.d/
