@@ -768,3 +768,16 @@ func TestTemplateTolerateMissingPluginsAnnotation(t *testing.T) {
 		}
 	}
 }
+
+// Turning the node policy off is said at install.
+func TestNotesWithoutNodePolicy(t *testing.T) {
+	if n := renderNotes(t); strings.Contains(n, "nodePolicy") {
+		t.Errorf("default notes mention nodePolicy:\n%s", n)
+	}
+	if n := renderNotes(t, "nodePolicy.enabled=false"); !strings.Contains(n, "WARNING: nodePolicy.enabled is false") || !strings.Contains(n, "every node") {
+		t.Errorf("nodePolicy.enabled=false notes:\n%s", n)
+	}
+	if n := renderNotes(t, "nodePolicy.enabled=false", "removeTaint=false"); strings.Contains(n, "nodePolicy") {
+		t.Errorf("no taint removal, no ClusterRole: the notes should not warn:\n%s", n)
+	}
+}
