@@ -282,6 +282,24 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 	}
 }
 
+// checkPluginRemovesTaintUnderPolicy: the plugin's own patch passes the
+// policy. The admin puts the not-ready taint back on the node and deletes
+// the plugin's pod there; its replacement, started while the policy is in
+// force (the refusals above show it is), must remove the taint itself.
+func checkPluginRemovesTaintUnderPolicy(t *testing.T, k *k8sCluster, pluginPod k8sPod, node string) {
+	t.Helper()
+	k.mustDo(t, http.MethodPatch, "/api/v1/nodes/"+node, "application/json-patch+json", addTaintPatch(k.nodeObject(t, node), "nri-sysctl.io/not-ready", "NoSchedule"), nil)
+	start := time.Now()
+	if data, code, err := k.do(http.MethodDelete, "/api/v1/namespaces/"+pluginNamespace+"/pods/"+pluginPod.Metadata.Name, "", nil); err != nil || code != http.StatusOK {
+		t.Fatalf("delete plugin pod %s: HTTP %d %v %s", pluginPod.Metadata.Name, code, err, data)
+	}
+	waitUntil(t, 2*time.Minute, "the new plugin pod to remove the not-ready taint of "+node, func() (bool, string) {
+		n := k.nodeObject(t, node)
+		return n.taintIndex("nri-sysctl.io/not-ready", "NoSchedule") < 0, fmt.Sprint(n.Spec.Taints)
+	})
+	logf("plugin pod %s deleted with the taint back on %s: its replacement removed the taint through the policy %s later", pluginPod.Metadata.Name, node, time.Since(start).Round(100*time.Millisecond))
+}
+
 func equalJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)

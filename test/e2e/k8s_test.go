@@ -654,10 +654,13 @@ func TestK8sFleet(t *testing.T) {
 	peak, rss, cpu := k.usageOf(t, plugin)
 	logf("plugin (%s mode) restarted on the last good config, after 3 pods, a reload and a containerd restart: VmHWM %d KiB, VmRSS %d KiB, CPU %s in %s", mode, peak, rss, cpu, time.Since(installStart).Round(time.Second))
 
-	t.Run("the plugin's token may only remove the not-ready taint of its own node (issue 23, item 5)", func(t *testing.T) {
+	t.Run("the plugin's token may only remove the not-ready taint of its own node, and the plugin's own removal passes (issue 23, item 5)", func(t *testing.T) {
 		const other = "nri-sysctl-e2e-other"
 		k.createFakeNode(t, other)
-		checkPluginTokenRefusals(t, k, k.readyPluginPod(t, "", time.Minute), k8sNodeName, other)
+		pod := k.readyPluginPod(t, "", time.Minute)
+		checkPluginTokenRefusals(t, k, pod, k8sNodeName, other)
+		checkPluginRemovesTaintUnderPolicy(t, k, pod, k8sNodeName)
+		k.readyPluginPod(t, pod.Metadata.UID, 2*time.Minute)
 	})
 	t.Run("rolling updates: pods started during one, without and with the fail-closed drop-in (issue 23, item 7)", func(t *testing.T) {
 		testRollingUpdateFailClosed(t, k, h, chart, valuesFile, image)
