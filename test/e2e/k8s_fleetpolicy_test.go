@@ -212,7 +212,8 @@ func (k *k8sCluster) createFakeNode(t *testing.T, name string) {
 // checkPluginTokenRefusals: the token of the plugin pod on ownNode (bound
 // to that pod, as the kubelet's projected token is) may remove the
 // not-ready taint from ownNode and nothing else. otherNode is another node
-// with that taint (a real one, or createFakeNode's). Each refusal must come
+// (a real one, or createFakeNode's); it gets the taint for the try if it
+// has lost it. Each refusal must come
 // from the chart's policy (RBAC allows all of them), and leave the node as
 // it was.
 func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, ownNode, otherNode string) {
@@ -227,6 +228,7 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 	}
 	logf("the plugin's pod-bound token: user %s, node-name %v", user, extra["authentication.kubernetes.io/node-name"])
 
+	const jsonPatch, mergePatch = "application/json-patch+json", "application/merge-patch+json"
 	refused := func(what, node, contentType string, patch any) {
 		t.Helper()
 		before := k.nodeObject(t, node)
@@ -245,13 +247,20 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 			t.Errorf("%s: node %s changed: %s -> %s", what, node, b, a)
 		}
 	}
-	const jsonPatch, mergePatch = "application/json-patch+json", "application/merge-patch+json"
-
 	// (a) another node: the very patch the plugin sends for its own, and a label.
+	// A real other node has lost its taint to its own plugin: the admin
+	// puts it back for the try, and takes it away after.
 	other := k.nodeObject(t, otherNode)
 	i := other.taintIndex("nri-sysctl.io/not-ready", "NoSchedule")
 	if i < 0 {
-		t.Fatalf("node %s has no not-ready taint to try: %s", otherNode, other.Spec.Taints)
+		k.mustDo(t, http.MethodPatch, "/api/v1/nodes/"+otherNode, jsonPatch, addTaintPatch(other, "nri-sysctl.io/not-ready", "NoSchedule"), nil)
+		t.Cleanup(func() {
+			if n := k.nodeObject(t, otherNode); n.taintIndex("nri-sysctl.io/not-ready", "NoSchedule") >= 0 {
+				k.mustDo(t, http.MethodPatch, "/api/v1/nodes/"+otherNode, jsonPatch, removeTaintPatch(n, n.taintIndex("nri-sysctl.io/not-ready", "NoSchedule")), nil)
+			}
+		})
+		other = k.nodeObject(t, otherNode)
+		i = other.taintIndex("nri-sysctl.io/not-ready", "NoSchedule")
 	}
 	refused("removing the not-ready taint of another node", otherNode, jsonPatch, removeTaintPatch(other, i))
 	refused("labelling another node", otherNode, mergePatch, map[string]any{"metadata": map[string]any{"labels": map[string]string{"e2e-stolen": "yes"}}})
