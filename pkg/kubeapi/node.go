@@ -25,7 +25,7 @@ func (c *Client) RemoveNodeTaint(ctx context.Context, node, key, effect string) 
 	}
 	var st *StatusError
 	if errors.As(err, &st) && st.Denied() {
-		return false, fmt.Errorf("%w (the service account needs get and patch on nodes: see the chart's ClusterRole)", err)
+		return false, fmt.Errorf("%w (the service account needs get and patch on nodes, and the chart's node policy lets a pod's token remove only this taint from its own node: see the chart's ClusterRole and ValidatingAdmissionPolicy)", err)
 	}
 	return removed, err
 }

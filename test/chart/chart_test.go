@@ -191,7 +191,7 @@ func asList(v any) []any {
 func (d daemonSet) hasArg(a string) bool { return slices.Contains(d.args, a) }
 
 func TestHelmLint(t *testing.T) {
-	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}, {"kernelCheck=false", "events.enabled=false", "lastGoodConfigDir="}} {
+	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}, {"nodePolicy.enabled=false", "tolerateMissingPluginsAnnotation="}, {"kernelCheck=false", "events.enabled=false", "lastGoodConfigDir="}} {
 		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -485,7 +485,7 @@ func TestTemplateWithoutTaintRemovalOrMetrics(t *testing.T) {
 // Neither the taint nor Events: no token, no RBAC, no pod identity.
 func TestTemplateWithoutAPIAccess(t *testing.T) {
 	d, objs := renderDaemonSet(t, "removeTaint=false", "events.enabled=false")
-	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if find(t, objs, kind) != nil {
 			t.Errorf("%s rendered without removeTaint or Events", kind)
 		}
@@ -568,6 +568,8 @@ func TestTemplateRefusesBadValues(t *testing.T) {
 		{"unknownKey=1", "unknownKey"},
 		{"lastGoodConfigDir=var/lib/nri-sysctl", "lastGoodConfigDir"},
 		{"events.enabled=yes", "events"},
+		{"nodePolicy.enabled=yes", "nodePolicy"},
+		{"tolerateMissingPluginsAnnotation=not a key", "tolerateMissingPluginsAnnotation"},
 	} {
 		out, err := renderText(t, tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -669,5 +671,113 @@ func TestTemplateNetworkPolicy(t *testing.T) {
 		if np := find(t, render(t, sets...), "NetworkPolicy"); np != nil {
 			t.Errorf("%v: a NetworkPolicy is rendered: %v", sets, np)
 		}
+	}
+}
+
+// Issue 23, item 5: the ClusterRole can only say "patch nodes", so a
+// ValidatingAdmissionPolicy, on by default, narrows it to the plugin's own
+// service account removing its taint from the node its token is bound to.
+// What the API server makes of it is tested in TestK8sFleet.
+func TestTemplateNodePolicy(t *testing.T) {
+	objs := render(t)
+	policy, binding := find(t, objs, "ValidatingAdmissionPolicy"), find(t, objs, "ValidatingAdmissionPolicyBinding")
+	if policy == nil || binding == nil {
+		t.Fatalf("policy %v, binding %v: want both with the default values", policy, binding)
+	}
+	if get(policy, "apiVersion") != "admissionregistration.k8s.io/v1" || get(binding, "apiVersion") != "admissionregistration.k8s.io/v1" {
+		t.Errorf("apiVersions %v, %v: want admissionregistration.k8s.io/v1 (GA from Kubernetes 1.30)", get(policy, "apiVersion"), get(binding, "apiVersion"))
+	}
+	name := get(policy, "metadata", "name")
+	if name != "nri-sysctl-node-taint" || get(binding, "spec", "policyName") != name ||
+		!reflect.DeepEqual(get(binding, "spec", "validationActions"), []any{"Deny"}) || get(binding, "spec", "paramRef") != nil {
+		t.Errorf("binding %v: want it to deny for policy %v", get(binding, "spec"), name)
+	}
+	if got := get(policy, "spec", "failurePolicy"); got != "Fail" {
+		t.Errorf("failurePolicy %v, want Fail: a policy that cannot be evaluated must not hand back the whole ClusterRole", got)
+	}
+	wantRules := []any{obj{"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"UPDATE"}, "resources": []any{"nodes"}}}
+	if got := get(policy, "spec", "matchConstraints", "resourceRules"); !reflect.DeepEqual(got, wantRules) {
+		t.Errorf("resourceRules %v, want %v", got, wantRules)
+	}
+	conds := asList(get(policy, "spec", "matchConditions"))
+	if len(conds) != 1 || get(conds[0], "expression") != `request.userInfo.username == "system:serviceaccount:nri-sysctl:nri-sysctl"` {
+		t.Errorf("matchConditions %v: want the plugin's service account only (no one else's node updates evaluated)", conds)
+	}
+	var all strings.Builder
+	for _, v := range asList(get(policy, "spec", "variables")) {
+		all.WriteString(fmt.Sprint(get(v, "expression")) + "\n")
+	}
+	validations := asList(get(policy, "spec", "validations"))
+	for _, v := range validations {
+		all.WriteString(fmt.Sprint(get(v, "expression")) + "\n")
+		if get(v, "reason") != "Forbidden" || (get(v, "message") == nil && get(v, "messageExpression") == nil) {
+			t.Errorf("validation %v: want reason Forbidden and a message", v)
+		}
+	}
+	for _, want := range []string{
+		"request.userInfo.extra['authentication.kubernetes.io/node-name']", "object.metadata.name in variables.boundNode",
+		`t.key == "nri-sysctl.io/not-ready" && t.effect == 'NoSchedule'`, "oldObject.spec.?taints",
+		"object.spec.?unschedulable", "object.metadata.?labels", "object.metadata.?annotations",
+	} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("the policy's expressions lack %q:\n%s", want, all.String())
+		}
+	}
+	// Another service account name: the policy follows it.
+	custom := find(t, render(t, "serviceAccount.name=sysctl-agent"), "ValidatingAdmissionPolicy")
+	if got := get(asList(get(custom, "spec", "matchConditions"))[0], "expression"); got != `request.userInfo.username == "system:serviceaccount:nri-sysctl:sysctl-agent"` {
+		t.Errorf("serviceAccount.name=sysctl-agent: matchCondition %v", got)
+	}
+	for _, sets := range [][]string{{"nodePolicy.enabled=false"}, {"removeTaint=false"}} {
+		objs := render(t, sets...)
+		if find(t, objs, "ValidatingAdmissionPolicy") != nil || find(t, objs, "ValidatingAdmissionPolicyBinding") != nil {
+			t.Errorf("%v: the node policy is rendered", sets)
+		}
+	}
+	// Turning the policy off leaves the ClusterRole as it was.
+	if role := find(t, render(t, "nodePolicy.enabled=false"), "ClusterRole"); role == nil {
+		t.Error("nodePolicy.enabled=false dropped the ClusterRole")
+	}
+}
+
+// Issue 23, item 7: where containerd requires the plugin (the fail-closed
+// drop-in), the plugin's own pod must start while no plugin is registered.
+func TestTemplateTolerateMissingPluginsAnnotation(t *testing.T) {
+	annotations := func(sets ...string) any {
+		t.Helper()
+		ds := find(t, render(t, sets...), "DaemonSet")
+		return get(ds, "spec", "template", "metadata", "annotations")
+	}
+	if got := annotations(); !reflect.DeepEqual(got, obj{"tolerate-missing-plugins.nri.io": "true"}) {
+		t.Errorf("default pod annotations %v, want tolerate-missing-plugins.nri.io: \"true\" (the key in config/containerd/30-nri-sysctl-required*.toml)", got)
+	}
+	if got := annotations("tolerateMissingPluginsAnnotation=example.com/tolerate", "podAnnotations.a=b"); !reflect.DeepEqual(got, obj{"example.com/tolerate": "true", "a": "b"}) {
+		t.Errorf("custom key and podAnnotations: %v", got)
+	}
+	if got := annotations("tolerateMissingPluginsAnnotation="); got != nil {
+		t.Errorf("tolerateMissingPluginsAnnotation empty: annotations %v, want none", got)
+	}
+	// The drop-ins name the chart's default key.
+	for _, f := range []string{"30-nri-sysctl-required.toml", "30-nri-sysctl-required-v4.toml"} {
+		data, err := os.ReadFile(filepath.Join("../../config/containerd", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), `tolerate_missing_plugins_annotation = "tolerate-missing-plugins.nri.io"`) || !strings.Contains(string(data), `required_plugins = ["sysctl"]`) {
+			t.Errorf("%s does not require sysctl with the chart's annotation key:\n%s", f, data)
+		}
+	}
+}
+
+// Turning the node policy off is said at install.
+func TestNotesWithoutNodePolicy(t *testing.T) {
+	if n := renderNotes(t); strings.Contains(n, "nodePolicy") {
+		t.Errorf("default notes mention nodePolicy:\n%s", n)
+	}
+	if n := renderNotes(t, "nodePolicy.enabled=false"); !strings.Contains(n, "WARNING: nodePolicy.enabled is false") || !strings.Contains(n, "every node") {
+		t.Errorf("nodePolicy.enabled=false notes:\n%s", n)
+	}
+	if n := renderNotes(t, "nodePolicy.enabled=false", "removeTaint=false"); strings.Contains(n, "nodePolicy") {
+		t.Errorf("no taint removal, no ClusterRole: the notes should not warn:\n%s", n)
 	}
 }

@@ -478,6 +478,12 @@ func TestK8sFleet(t *testing.T) {
 		// chart's default.
 		"lastGoodConfigDir": filepath.Join(k.dir, "nri-sysctl-state"),
 	}
+	// NRI_SYSCTL_E2E_K8S_NODE_POLICY=false installs the chart without its
+	// node policy: the token subtest then shows what the ClusterRole alone
+	// allows (it must fail).
+	if os.Getenv("NRI_SYSCTL_E2E_K8S_NODE_POLICY") == "false" {
+		values["nodePolicy"] = map[string]any{"enabled": false}
+	}
 	if chartMode != "spec" {
 		dir := c.netnsDir(t)
 		values["netnsDir"] = dir
@@ -647,6 +653,18 @@ func TestK8sFleet(t *testing.T) {
 	}
 	peak, rss, cpu := k.usageOf(t, plugin)
 	logf("plugin (%s mode) restarted on the last good config, after 3 pods, a reload and a containerd restart: VmHWM %d KiB, VmRSS %d KiB, CPU %s in %s", mode, peak, rss, cpu, time.Since(installStart).Round(time.Second))
+
+	t.Run("the plugin's token may only remove the not-ready taint of its own node, and the plugin's own removal passes (issue 23, item 5)", func(t *testing.T) {
+		const other = "nri-sysctl-e2e-other"
+		k.createFakeNode(t, other)
+		pod := k.readyPluginPod(t, "", time.Minute)
+		checkPluginTokenRefusals(t, k, pod, k8sNodeName, other)
+		checkPluginRemovesTaintUnderPolicy(t, k, pod, k8sNodeName)
+		k.readyPluginPod(t, pod.Metadata.UID, 2*time.Minute)
+	})
+	t.Run("rolling updates: pods started during one, without and with the fail-closed drop-in (issue 23, item 7)", func(t *testing.T) {
+		testRollingUpdateFailClosed(t, k, h, chart, valuesFile, image)
+	})
 
 	t.Run("helm upgrade rolls the plugin; helm uninstall leaves nothing on the node", func(t *testing.T) {
 		h.run(t, "upgrade", pluginRelease, chart, "-n", pluginNamespace, "-f", valuesFile, "--set", "log.level=info", "--wait", "--timeout", "3m")
