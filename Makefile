@@ -54,9 +54,12 @@ $(GOLANGCI_LINT):
 	mkdir -p $(dir $@)
 	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+## unit: also hack/alerts (a module of its own), which checks the chart's
+## alerts and dashboard against plugin/testdata/metrics.txt.
 unit:
 	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/chart/ ./test/internal/...
 	cd hack/image && $(GO) test -count=1 ./...
+	cd hack/alerts && $(GO) test -count=1 ./...
 
 ## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).
 manifests:
@@ -65,6 +68,7 @@ manifests:
 vet:
 	$(GO) vet ./...
 	cd hack/image && $(GO) vet ./...
+	cd hack/alerts && $(GO) vet ./...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \

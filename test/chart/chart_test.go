@@ -191,7 +191,8 @@ func asList(v any) []any {
 func (d daemonSet) hasArg(a string) bool { return slices.Contains(d.args, a) }
 
 func TestHelmLint(t *testing.T) {
-	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}, {"nodePolicy.enabled=false", "tolerateMissingPluginsAnnotation="}, {"kernelCheck=false", "events.enabled=false", "lastGoodConfigDir="}} {
+	for _, sets := range [][]string{nil, {"mode=namespace"}, {"removeTaint=false", "metrics.enabled=false"}, {"nodePolicy.enabled=false", "tolerateMissingPluginsAnnotation="}, {"kernelCheck=false", "events.enabled=false", "lastGoodConfigDir="},
+		{"podMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true"}} {
 		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -570,6 +571,9 @@ func TestTemplateRefusesBadValues(t *testing.T) {
 		{"events.enabled=yes", "events"},
 		{"nodePolicy.enabled=yes", "nodePolicy"},
 		{"tolerateMissingPluginsAnnotation=not a key", "tolerateMissingPluginsAnnotation"},
+		{"prometheusRule.alerts.down.for=5 minutes", "for"},
+		{"prometheusRule.alerts.bogus.enabled=true", "bogus"},
+		{"podMonitor.interval=often", "interval"},
 	} {
 		out, err := renderText(t, tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -47,3 +47,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- $d }}
 {{- end }}
+
+{{/* The monitoring objects read the plugin's metrics: refuse them without. */}}
+{{- define "nri-sysctl.needsMetrics" -}}
+{{- if not .root.Values.metrics.enabled }}
+{{- fail (printf "%s.enabled needs metrics.enabled: without it the plugin serves no metrics" .what) }}
+{{- end }}
+{{- end }}
+
+{{/* The series every alert reads: the PodMonitor's job unless set. */}}
+{{- define "nri-sysctl.ruleSelector" -}}
+{{- default (printf "job=%q" (include "nri-sysctl.fullname" .)) .Values.prometheusRule.selector }}
+{{- end }}
