@@ -46,9 +46,10 @@ image: build
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
 test: fmt-check vet lint unit
 
-## lint: golangci-lint (.golangci.yml), built on first use.
+## lint: golangci-lint (.golangci.yml), built on first use; also on hack/alerts.
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run --max-issues-per-linter 0 --max-same-issues 0 ./...
+	cd hack/alerts && $(GOLANGCI_LINT) run --max-issues-per-linter 0 --max-same-issues 0 ./...
 
 $(GOLANGCI_LINT):
 	mkdir -p $(dir $@)

@@ -42,7 +42,19 @@ func TestMetricsListMatchesRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Fatalf("%s differs from the registry (rerun with -update after a deliberate change, then check the chart's alerts and dashboard: cd hack/alerts && go test ./...):\n--- file\n%s\n--- registry\n%s", metricsList, got, want)
+		fileLines, registryLines := strings.Split(string(got), "\n"), strings.Split(want, "\n")
+		var diff strings.Builder
+		for _, l := range fileLines {
+			if !slices.Contains(registryLines, l) {
+				fmt.Fprintf(&diff, "\n- %s (file only)", l)
+			}
+		}
+		for _, l := range registryLines {
+			if !slices.Contains(fileLines, l) {
+				fmt.Fprintf(&diff, "\n+ %s (registry only)", l)
+			}
+		}
+		t.Fatalf("%s differs from the registry:%s\nAfter a deliberate change rerun with -update, then make the chart's alerts and dashboard follow (cd hack/alerts && go test ./...).", metricsList, diff.String())
 	}
 }
 
