@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -89,7 +90,7 @@ func (k *checker) labels(e parser.Expr) map[string]bool {
 func (k *checker) selector(vs *parser.VectorSelector) map[string]bool {
 	name := vs.Name
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			name = m.Value
 		}
 	}
@@ -99,7 +100,7 @@ func (k *checker) selector(vs *parser.VectorSelector) map[string]bool {
 		return map[string]bool{}
 	}
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName {
+		if m.Name == model.MetricNameLabel {
 			continue
 		}
 		values, ok := series[m.Name]
@@ -240,7 +241,7 @@ func (k *checker) call(n *parser.Call) map[string]bool {
 		out := map[string]bool{}
 		for _, vs := range Selectors(n.Args[0].String()) {
 			for _, m := range vs.LabelMatchers {
-				if m.Type == labels.MatchEqual && m.Name != labels.MetricName {
+				if m.Type == labels.MatchEqual && m.Name != model.MetricNameLabel {
 					out[m.Name] = true
 				}
 			}
