@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -48,9 +49,14 @@ var kubeletNamespaced = struct {
 // kubeletMaxNameLen is the longest name kubelet's validation takes.
 const kubeletMaxNameLen = 253
 
-// kubeletRefuses says why kubelet would not start with key among its
-// defaultPodSysctls, or "".
-func kubeletRefuses(key string) string {
+// kubeletRefuses says why kubelet would not start with, or could not be
+// given, e among its defaultPodSysctls, or "".
+func kubeletRefuses(e config.Entry) string {
+	key := e.Key
+	if !utf8.ValidString(e.Value) {
+		// The config goes through JSON, which has no bytes, only text.
+		return "the value is not valid UTF-8, which kubelet's config cannot carry"
+	}
 	if len(key) > kubeletMaxNameLen {
 		return fmt.Sprintf("longer than the %d characters kubelet takes", kubeletMaxNameLen)
 	}
@@ -79,7 +85,7 @@ func Fragment(in Input) (string, error) {
 	var refused []config.Entry
 	var exported []config.Entry
 	for _, e := range defaults {
-		if kubeletRefuses(e.Key) != "" {
+		if kubeletRefuses(e) != "" {
 			refused = append(refused, e)
 			continue
 		}
@@ -149,7 +155,7 @@ func entryNotes(in Input, e config.Entry) []string {
 		notes = append(notes, "hostUsers: false pods: the plugin narrows this range to the GIDs mapped in the pod's user namespace; kubelet passes it as it is, and the kernel takes only mapped GIDs.")
 	}
 	if sysctl.ProbeName(e.Key) != e.Key {
-		notes = append(notes, "Names a network interface: a pod gets it only if the interface exists in its network namespace when the runtime writes the sandbox's sysctls, which is before the pod's containers start.")
+		notes = append(notes, "Names a network interface: kubelet's value is written when the pod's sandbox starts, so a pod gets it only if the interface is in its network namespace by then; the plugin writes it for each container, after the sandbox (not compared on a node here).")
 	}
 	return notes
 }
@@ -166,9 +172,9 @@ func lostSections(in Input, refused []config.Entry) []section {
 	cfg := in.Config
 	var out []section
 	if len(refused) > 0 {
-		s := section{title: "Defaults left out (kubelet would refuse them):"}
+		s := section{title: "Defaults left out, which kubelet would refuse:"}
 		for _, e := range refused {
-			s.items = append(s.items, fmt.Sprintf("%s: %s: %s.", e.Key, strconv.Quote(e.Value), kubeletRefuses(e.Key)))
+			s.items = append(s.items, fmt.Sprintf("%s: %s: %s.", e.Key, strconv.Quote(e.Value), kubeletRefuses(e)))
 		}
 		out = append(out, s)
 	}
@@ -181,7 +187,7 @@ func lostSections(in Input, refused []config.Entry) []section {
 	}
 	if ex := describeSelector("", cfg.Exclude); ex != "" {
 		out = append(out, section{
-			title: "exclude: kubelet cannot leave a pod out. Under kubelet these pods get every default above; under the plugin they get nothing:",
+			title: "exclude: kubelet cannot leave a pod out. Under kubelet these pods get every default above; under the plugin a pod that matches any one of these gets nothing:",
 			items: []string{ex + "."},
 		})
 	}
