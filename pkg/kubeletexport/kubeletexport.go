@@ -103,7 +103,7 @@ func Fragment(in Input) (string, error) {
 		}
 		fmt.Fprintf(&b, "  %s: %s\n", e.Key, strconv.Quote(e.Value))
 	}
-	lost := lostSections(in, refused)
+	lost := lostSections(in, exported, refused)
 	if len(lost) > 0 {
 		b.WriteString("\n# What kubelet cannot express. The plugin does these; kubelet with this\n# fragment alone will not.\n")
 	}
@@ -168,8 +168,26 @@ type section struct {
 
 // lostSections lists, in a fixed order, what the config does that kubelet
 // cannot: each present in the config, with the reason.
-func lostSections(in Input, refused []config.Entry) []section {
+func lostSections(in Input, exported, refused []config.Entry) []section {
 	cfg := in.Config
+	defaults := map[string]bool{}
+	for _, e := range exported {
+		defaults[e.Key] = true
+	}
+	// shadowed says which of a layer's keys kubelet's defaults would
+	// override with both running.
+	shadowed := func(entries []config.Entry) string {
+		var keys []string
+		for _, e := range entries {
+			if defaults[e.Key] {
+				keys = append(keys, e.Key)
+			}
+		}
+		if len(keys) == 0 {
+			return ""
+		}
+		return " With both running, kubelet's default wins for " + strings.Join(keys, ", ") + "."
+	}
 	var out []section
 	if len(refused) > 0 {
 		s := section{title: "Defaults left out, which kubelet would refuse:"}
@@ -181,13 +199,13 @@ func lostSections(in Input, refused []config.Entry) []section {
 	if len(cfg.Rules) > 0 {
 		s := section{title: "rules: kubelet has one set of defaults for every pod; it cannot select pods by namespace, label, annotation or runtime handler. Under kubelet the pods these match get only the defaults above. The plugin applies them in this order, above the defaults and below the pod's own sysctls:"}
 		for _, r := range cfg.Rules {
-			s.items = append(s.items, fmt.Sprintf("%s (line %d): %s sets %s.", strconv.Quote(r.Name), r.Line, describeSelector("match", r.Match), describeEntries(r.Sysctls)))
+			s.items = append(s.items, fmt.Sprintf("%s (line %d): %s sets %s.%s", strconv.Quote(r.Name), r.Line, describeSelector("match", r.Match), describeEntries(r.Sysctls), shadowed(r.Sysctls)))
 		}
 		out = append(out, s)
 	}
 	if ex := describeSelector("", cfg.Exclude); ex != "" {
 		out = append(out, section{
-			title: "exclude: kubelet cannot leave a pod out. Under kubelet these pods get every default above; under the plugin a pod that matches any one of these gets nothing:",
+			title: "exclude: kubelet cannot leave a pod out. Under kubelet these pods get every default above, with both running too; under the plugin a pod that matches any one of these gets nothing:",
 			items: []string{ex + "."},
 		})
 	}
@@ -205,7 +223,7 @@ func lostSections(in Input, refused []config.Entry) []section {
 			if len(bounds) > 0 {
 				bound = strings.Join(bounds, ", ")
 			}
-			s.items = append(s.items, fmt.Sprintf("%s (line %d, %s): %s.", strconv.Quote(p.Name), p.Line, bound, describeEntries(p.Sysctls)))
+			s.items = append(s.items, fmt.Sprintf("%s (line %d, %s): %s.%s", strconv.Quote(p.Name), p.Line, bound, describeEntries(p.Sysctls), shadowed(p.Sysctls)))
 		}
 		out = append(out, s)
 	}

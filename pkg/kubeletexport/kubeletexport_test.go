@@ -125,7 +125,7 @@ profiles:
   low-latency:
     allowedNamespaces: ["trading-*"]
     allowedRuntimeHandlers: [runc]
-    sysctls: {net.ipv4.tcp_slow_start_after_idle: 0, net.core.somaxconn: 8192}
+    sysctls: {net.ipv4.tcp_slow_start_after_idle: 0, net.core.somaxconn: 8192, net.ipv4.tcp_keepalive_time: 60}
   keepalive:
     sysctls: {net.ipv4.tcp_keepalive_intvl: 15}
 `,
