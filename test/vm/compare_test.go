@@ -91,7 +91,7 @@ func TestVMKubeletComparison(t *testing.T) {
 				// Not proof of anything (the values above are): what the
 				// plugin warned of, to tell why a pod lacks its values,
 				// such as a pod lookup that failed on a loaded host.
-				warnings, _ := v.run("journalctl -u nri-sysctl --no-pager -o cat -p warning | tail -n 20", time.Minute)
+				warnings, _ := v.run("journalctl -u nri-sysctl --no-pager -o cat | grep -E 'level=(warning|error)' | tail -n 20", time.Minute)
 				t.Logf("%s: the plugin's warnings:\n%s", run, warnings)
 			}
 			h, err := v.hostValues(compareKeys)
