@@ -48,6 +48,12 @@ var commands = []command{
 		details:  "Prints an nri-sysctl config with the [crio.runtime] default_sysctls of a CRI-O\nconfig (crio.conf or a crio.conf.d drop-in). Entries nri-sysctl would refuse\nare printed as comments with the reason, and the exit code is then 1.",
 		flags:    importCRIOFlags,
 	},
+	{
+		name:     "export-kubelet",
+		synopsis: "print the node-wide defaults as a KubeletConfiguration drop-in (defaultPodSysctls); what kubelet cannot express as comments",
+		details:  "Prints a KubeletConfiguration drop-in for kubelet's --config-dir (a .conf file):\nthe feature gate DefaultPodSysctls and the config's node-wide defaults as\ndefaultPodSysctls, inherited values read from this host now. Rules, exclusions,\nprofiles, user-namespace handling and keys kubelet refuses are listed as\ncomments with the reason. The config is checked as validate checks it; a bad\none exits 1 with every problem.",
+		flags:    exportKubeletFlags,
+	},
 	{name: "explain", synopsis: "what a pod with these attributes gets, key by key, and why", flags: explainFlags},
 	{name: "audit", synopsis: "which running containers lack the node's defaults; exit 1 if any", flags: auditFlags},
 	{name: "version", synopsis: "print the version", flags: func(*flag.FlagSet) func([]string, io.Writer, io.Writer) int {

@@ -17,17 +17,47 @@ func validateFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	return func(_ []string, stdout, stderr io.Writer) int { return runValidate(*path, *skip, stdout, stderr) }
 }
 
-func runValidate(path string, skip bool, stdout, stderr io.Writer) int {
+// checkedConfig is a config as validate checks it, and what the user
+// namespace probe found for it.
+type checkedConfig struct {
+	cfg *config.Config
+	// userNS is the probe's result; probed is false when it did not run
+	// (--skip-kernel-check) or failed.
+	userNS probe.UserNamespaceResult
+	probed bool
+}
+
+// loadChecked loads a config with every check the plugin makes at start:
+// the kernel probe unless skip, then the user namespace probe. A probe
+// that cannot run is a warning on stderr, not a rejection.
+func loadChecked(path string, skip bool, stderr io.Writer) (checkedConfig, error) {
 	cfg, err := config.Load(path, kernelChecker(skip))
-	if err == nil && !skip && len(cfg.AllKeys()) > 0 {
+	if err != nil {
+		return checkedConfig{}, err
+	}
+	c := checkedConfig{cfg: cfg}
+	switch {
+	case skip:
+	case len(cfg.AllKeys()) == 0:
+		c.probed = true // nothing to probe
+	default:
 		// What the plugin checks at start, for user-namespace pods.
+		res, uerr := checkUserNamespace(cfg)
 		var problems config.Problems
-		if _, uerr := checkUserNamespace(cfg); errors.As(uerr, &problems) {
-			err = problems
+		if errors.As(uerr, &problems) {
+			return checkedConfig{}, problems
 		} else if uerr != nil {
 			fmt.Fprintf(stderr, "warning: cannot tell which values user-namespace pods may be given: %v\n", uerr)
+		} else {
+			c.userNS, c.probed = res, true
 		}
 	}
+	return c, nil
+}
+
+func runValidate(path string, skip bool, stdout, stderr io.Writer) int {
+	checked, err := loadChecked(path, skip, stderr)
+	cfg := checked.cfg
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -8,6 +8,11 @@ package vm
 //   compare-plugin   nri-sysctl with the same defaults, feature gate off
 //   compare-both     both; the plugin's values differ from kubelet's by one,
 //                    so each value read says who set it
+// kubelet's defaults are not written by hand: the node exports them from the
+// plugin's config at boot (`nri-sysctl export-kubelet`, rootfs setup.sh) into
+// kubelet's --config-dir, the way docs/kubelet-comparison.md tells a user to
+// move to kubelet's feature. So the comparison also checks that the exported
+// fragment gives the pods what the plugin gives them.
 // Values are read inside each pod's container. The test fails where the two
 // disagree on a case where they are meant to agree (knownDifferences lists
 // the ones that are explained in docs/kubelet-comparison.md), and where
@@ -53,6 +58,9 @@ func TestVMKubeletComparison(t *testing.T) {
 	for _, run := range compareRuns {
 		ok := t.Run(run, func(t *testing.T) {
 			v := bootVM(t, img, run, "")
+			if run != "compare-plugin" {
+				v.logExportedFragment()
+			}
 			// A pod that never starts is a result too (a default its
 			// namespaces refuse): its row says so, with kubelet's reason.
 			if err := v.waitPods([]string{"plain"}, 10*time.Minute); err != nil {
@@ -78,6 +86,13 @@ func TestVMKubeletComparison(t *testing.T) {
 				}
 				results[run][pod] = got
 				t.Logf("%s: pod %s: %s", run, pod, formatValues(got))
+			}
+			if run != "compare-kubelet" {
+				// Not proof of anything (the values above are): what the
+				// plugin warned of, to tell why a pod lacks its values,
+				// such as a pod lookup that failed on a loaded host.
+				warnings, _ := v.run("journalctl -u nri-sysctl --no-pager -o cat | grep -E 'level=(warning|error)' | tail -n 20", time.Minute)
+				t.Logf("%s: the plugin's warnings:\n%s", run, warnings)
 			}
 			h, err := v.hostValues(compareKeys)
 			if err != nil {
@@ -132,6 +147,21 @@ func TestVMKubeletComparison(t *testing.T) {
 			t.Errorf("userns pod under nri-sysctl: %s", strings.Join(d, "; "))
 		}
 	}
+}
+
+// exportedFragment is where the node's set-up puts export-kubelet's output.
+const exportedFragment = "/etc/kubernetes/kubelet.conf.d/50-nri-sysctl.conf"
+
+// logExportedFragment logs the drop-in kubelet got, and fails the test when
+// the export did not make one.
+func (v *vm) logExportedFragment() {
+	v.t.Helper()
+	out, err := v.run("cat "+exportedFragment, time.Minute)
+	if err != nil || !strings.Contains(out, "\ndefaultPodSysctls:\n") {
+		setup, _ := v.run("journalctl -u vmtest-setup --no-pager -o cat | tail -n 30", time.Minute)
+		v.t.Fatalf("no exported kubelet drop-in with defaultPodSysctls at %s (%v):\n%s\nvmtest-setup:\n%s", exportedFragment, err, out, setup)
+	}
+	v.t.Logf("kubelet's drop-in, exported on the node by nri-sysctl export-kubelet:\n%s", out)
 }
 
 // waitPodOrError waits until the pod runs, or kubelet has logged the same

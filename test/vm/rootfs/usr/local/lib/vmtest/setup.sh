@@ -24,8 +24,17 @@ rm -f /etc/kubernetes/manifests/*
 cp "$L/manifests/$set/"*.yaml /etc/kubernetes/manifests/
 
 cp "$L/kubelet.yaml" /etc/kubernetes/kubelet.yaml
+# kubelet's --config-dir (kubelet.service): drop-ins merged over kubelet.yaml.
+mkdir -p /etc/kubernetes/kubelet.conf.d
+rm -f /etc/kubernetes/kubelet.conf.d/*
 case $scenario in
-compare-kubelet | compare-both) cat "$L/kubelet-default-pod-sysctls.yaml" >>/etc/kubernetes/kubelet.yaml ;;
+compare-kubelet | compare-both)
+	# kubelet's own defaults (defaultPodSysctls), exported on this node from
+	# the comparison's plugin config, as docs/kubelet-comparison.md tells a
+	# user to move to kubelet's feature.
+	/usr/bin/nri-sysctl export-kubelet --config "$L/compare-config.yaml" >/run/vmtest-export-kubelet.conf
+	mv /run/vmtest-export-kubelet.conf /etc/kubernetes/kubelet.conf.d/50-nri-sysctl.conf
+	;;
 esac
 case $scenario in
 compare-plugin) install -m 0600 "$L/compare-config.yaml" /etc/nri-sysctl/config.yaml ;;
