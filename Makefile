@@ -74,18 +74,21 @@ arch-test: image
 	NRI_SYSCTL_ARCH_TEST=1 NRI_SYSCTL_BINARIES='$(foreach a,$(IMAGE_ARCHES),$(a)=$(abspath $(call arch_bin,$(a))))' \
 		$(HOST_GO) test -count=1 -v ./test/arch/
 
-## chart: the packaged chart, bin/nri-sysctl-$(CHART_VERSION).tgz, its
-## version and appVersion the one version (helm from test/setup.sh).
+## chart: the packaged chart, $(CHART_OUT)/nri-sysctl-$(CHART_VERSION).tgz,
+## its version and appVersion the one version (CHART_VERSION); the image tag
+## it defaults to is the appVersion as an OCI tag, which is $(OCI_TAG).
+## helm is the one test/setup.sh builds.
 HELM_VERSION ?= v3.22.0
 HELM      ?= $(CACHE)/helm-$(HELM_VERSION)/bin/helm
 CHART_DIR := config/helm/nri-sysctl
-CHART_TGZ  = bin/nri-sysctl-$(CHART_VERSION).tgz
+CHART_OUT ?= bin
+CHART_TGZ  = $(CHART_OUT)/nri-sysctl-$(CHART_VERSION).tgz
 chart:
 	@test -x $(HELM) || { echo "$(HELM) is missing: run test/setup.sh (as root), which builds it"; exit 1; }
-	@v='$(CHART_VERSION)'; test -n "$$v" || { echo "no chart version (VERSION=$(VERSION))"; exit 1; }; \
-	home=$$(mktemp -d); \
+	@v='$(CHART_VERSION)'; test -n "$$v" || { echo "make chart: no chart version for VERSION=$(VERSION)"; exit 1; }; \
+	mkdir -p $(CHART_OUT) && home=$$(mktemp -d) && \
 	HELM_CACHE_HOME=$$home/cache HELM_CONFIG_HOME=$$home/config HELM_DATA_HOME=$$home/data \
-		$(HELM) package $(CHART_DIR) --version "$$v" --app-version "$$v" --destination bin; \
+		$(HELM) package $(CHART_DIR) --version "$$v" --app-version "$$v" --destination $(CHART_OUT); \
 	rc=$$?; rm -rf "$$home"; exit $$rc
 
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
