@@ -26,6 +26,7 @@ unexport GOARCH GOOS
 IMAGE_ARCHES ?= amd64 arm64
 arch_bin = $(if $(filter $(HOST_GOARCH),$(1)),bin/nri-sysctl,bin/linux-$(1)/nri-sysctl)
 go_build = CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin
+
 # containerd versions the end-to-end tests run against (see docs/modes-and-runtimes.md).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
