@@ -2,7 +2,7 @@
 # The one version (the file VERSION, semver), and its form for each format
 # (hack/version): make VERSION=0.3.0-rc.1 ... recomputes them all.
 VERSION   ?= $(shell cat VERSION)
-version_as = $(shell $(GO) run ./hack/version -version '$(VERSION)' $(1))
+version_as = $(shell $(HOST_GO) run ./hack/version -version '$(VERSION)' $(1))
 DEB_VERSION   = $(call version_as,deb)
 RPM_VERSION   = $(call version_as,rpm)
 OCI_TAG       = $(call version_as,oci)
@@ -12,6 +12,21 @@ DESTDIR   ?=
 BIN       := bin/nri-sysctl
 GO        ?= go
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+
+# Architectures (docs/image-and-architectures.md). make build GOARCH=arm64
+# cross-builds; the host's binary is bin/nri-sysctl (what install, e2e, the
+# VM test and the demo run), another architecture's bin/linux-<GOARCH>/nri-sysctl.
+# GOARCH is the build's alone: tools the Makefile runs (go run, go test)
+# run on the host, so it is not exported to recipes, and HOST_GO drops it
+# from the environment where it came from there (GOARCH=arm64 make ...).
+HOST_GO     = env -u GOARCH -u GOOS $(GO)
+HOST_GOARCH := $(shell env -u GOARCH -u GOOS $(GO) env GOARCH)
+GOARCH      ?= $(HOST_GOARCH)
+unexport GOARCH GOOS
+IMAGE_ARCHES ?= amd64 arm64
+arch_bin = $(if $(filter $(HOST_GOARCH),$(1)),bin/nri-sysctl,bin/linux-$(1)/nri-sysctl)
+go_build = CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin
+
 # containerd versions the end-to-end tests run against (see docs/modes-and-runtimes.md).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 
@@ -24,24 +39,58 @@ CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
-build:
-	$(GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./plugin
+## build: the binary for GOARCH (default the host's; see above).
+build: build-$(GOARCH)
+
+## build-ARCH: the binary for one architecture, e.g. make build-arm64.
+build-%:
+	$(HOST_GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
+	$(call go_build,$*)
 
 ## version: the version in each format.
 version:
-	@for f in semver deb rpm oci helm; do v=$$($(GO) run ./hack/version -version '$(VERSION)' $$f) || exit 1; printf '%-7s %s\n' $$f "$$v"; done
+	@for f in semver deb rpm oci helm; do v=$$($(HOST_GO) run ./hack/version -version '$(VERSION)' $$f) || exit 1; printf '%-7s %s\n' $$f "$$v"; done
 
-## image: the Dockerfile's image, built offline from bin/nri-sysctl as an OCI
-## archive (bin/nri-sysctl-image.tar, named $(IMAGE_NAME):$(OCI_TAG));
-## load it with `ctr -n k8s.io images import`. The tool is hack/image, a
-## module of its own.
-image: build
-	cd hack/image && $(GO) run . -binary $(abspath $(BIN)) -name $(IMAGE_NAME):$(OCI_TAG) -out $(abspath $(IMAGE_TAR))
+## image: the Dockerfile's image, built offline as one OCI archive
+## (bin/nri-sysctl-image.tar, named $(IMAGE_NAME):$(OCI_TAG)) holding an
+## image index with an image for each of IMAGE_ARCHES (linux/amd64,
+## linux/arm64); load it with `ctr -n k8s.io images import`, which takes
+## the host's platform. The tool is hack/image, a module of its own.
+image: $(addprefix build-,$(IMAGE_ARCHES))
+	cd hack/image && $(HOST_GO) run . $(foreach a,$(IMAGE_ARCHES),-binary $(a)=$(abspath $(call arch_bin,$(a)))) -name $(IMAGE_NAME):$(OCI_TAG) -out $(abspath $(IMAGE_TAR))
+
+## arch-test: the archive make image wrote (an index naming both platforms,
+## each manifest's digest, config and layer, the layer's ELF machine) and
+## the other architecture's binary under qemu user emulation
+## (qemu-user-static, test/setup.sh) giving the host binary's output for
+## version, validate and explain (test/arch). No root needed.
+arch-test: image
+	cd hack/image && NRI_SYSCTL_IMAGE_ARCHIVE=$(abspath $(IMAGE_TAR)) NRI_SYSCTL_IMAGE_NAME=$(IMAGE_NAME):$(OCI_TAG) \
+		NRI_SYSCTL_IMAGE_BINARIES='$(foreach a,$(IMAGE_ARCHES),$(a)=$(abspath $(call arch_bin,$(a))))' \
+		$(HOST_GO) test -count=1 -v -run '^TestImageArchive$$' .
+	NRI_SYSCTL_ARCH_TEST=1 NRI_SYSCTL_BINARIES='$(foreach a,$(IMAGE_ARCHES),$(a)=$(abspath $(call arch_bin,$(a))))' \
+		$(HOST_GO) test -count=1 -v ./test/arch/
+
+## chart: the packaged chart, $(CHART_OUT)/nri-sysctl-$(CHART_VERSION).tgz,
+## its version and appVersion the one version (CHART_VERSION); the image tag
+## it defaults to is the appVersion as an OCI tag, which is $(OCI_TAG).
+## helm is the one test/setup.sh builds.
+HELM_VERSION ?= v3.22.0
+HELM      ?= $(CACHE)/helm-$(HELM_VERSION)/bin/helm
+CHART_DIR := config/helm/nri-sysctl
+CHART_OUT ?= bin
+CHART_TGZ  = $(CHART_OUT)/nri-sysctl-$(CHART_VERSION).tgz
+chart:
+	@test -x $(HELM) || { echo "$(HELM) is missing: run test/setup.sh (as root), which builds it"; exit 1; }
+	@v='$(CHART_VERSION)'; test -n "$$v" || { echo "make chart: no chart version for VERSION=$(VERSION)"; exit 1; }; \
+	mkdir -p $(CHART_OUT) && home=$$(mktemp -d) && \
+	HELM_CACHE_HOME=$$home/cache HELM_CONFIG_HOME=$$home/config HELM_DATA_HOME=$$home/data \
+		$(HELM) package $(CHART_DIR) --version "$$v" --app-version "$$v" --destination $(CHART_OUT); \
+	rc=$$?; rm -rf "$$home"; exit $$rc
 
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
 test: fmt-check vet lint unit
@@ -95,20 +144,22 @@ e2e: build
 
 ## e2e-k8s: the chart on a single-node Kubernetes v1.37.2 (etcd, API server,
 ## controller manager, scheduler, kubelet; built by test/setup.sh --k8s) on
-## the harness's containerd; the image from make image (root).
+## the harness's containerd; the image from make image, the chart from
+## make chart (the .tgz; root).
 ## One run per containerd: 2.4.2 with the chart's spec mode, 2.1.9 with
 ## its auto mode (namespace mode's privileges; the plugin chooses namespace
 ## mode there).
 E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
 e2e-k8s: image
 	test/setup.sh --k8s $(E2E_K8S_CONTAINERD_VERSIONS)
+	$(MAKE) --no-print-directory chart
 	@for v in $(E2E_K8S_CONTAINERD_VERSIONS); do \
 		echo "=== the chart on Kubernetes, containerd $$v"; \
-		NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run '^TestK8s' ./test/e2e/ || exit 1; \
+		NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_E2E_CHART=$(abspath $(CHART_TGZ)) NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run '^TestK8s' ./test/e2e/ || exit 1; \
 	done
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test fuzz-smoke e2e e2e-k8s vm-test bench-smoke
+test-all: setup test arch-test fuzz-smoke e2e e2e-k8s vm-test bench-smoke
 
 ## vm-setup: what the VM test needs (qemu, mmdebstrap, containerd, kubelet).
 VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.9

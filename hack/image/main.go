@@ -1,9 +1,11 @@
 // Command image builds the nri-sysctl container image offline, as an OCI
-// image layout archive that `ctr -n k8s.io images import` takes: one layer
-// holding the static binary at /nri-sysctl, USER 0, ENTRYPOINT
+// image layout archive that `ctr -n k8s.io images import` takes: one image
+// index naming an image per architecture, each one layer holding that
+// architecture's static binary at /nri-sysctl, USER 0, ENTRYPOINT
 // ["/nri-sysctl"] (the Dockerfile's image, without a registry or a daemon).
 //
-//	go run . -binary ../../bin/nri-sysctl -name localhost/nri-sysctl:v0.1.0 -out ../../bin/nri-sysctl-image.tar
+//	go run . -binary amd64=../../bin/nri-sysctl -binary arm64=../../bin/linux-arm64/nri-sysctl \
+//		-name localhost/nri-sysctl:0.2.0 -out ../../bin/nri-sysctl-image.tar
 //
 // It lives in a module of its own so that go-containerregistry and what it
 // pulls in stay out of the plugin's go.mod.
@@ -21,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,36 +39,103 @@ import (
 // entrypoint is where the binary lives in the image.
 const entrypoint = "/nri-sysctl"
 
+// elfMachines is the ELF machine of each architecture the image is built
+// for: a binary is refused under an architecture it was not built for.
+var elfMachines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64,
+	"arm64": elf.EM_AARCH64,
+}
+
+// platformBinary is one architecture's binary.
+type platformBinary struct {
+	arch, path string
+}
+
+// binaryFlags collects -binary ARCH=PATH; a bare PATH is -arch's.
+type binaryFlags struct {
+	values  []string
+	defArch *string
+}
+
+func (b *binaryFlags) String() string     { return strings.Join(b.values, ",") }
+func (b *binaryFlags) Set(v string) error { b.values = append(b.values, v); return nil }
+
+func (b *binaryFlags) binaries() []platformBinary {
+	values := b.values
+	if len(values) == 0 {
+		values = []string{"bin/nri-sysctl"}
+	}
+	var bins []platformBinary
+	for _, v := range values {
+		arch, path, ok := strings.Cut(v, "=")
+		if !ok {
+			arch, path = *b.defArch, v
+		}
+		bins = append(bins, platformBinary{arch: arch, path: path})
+	}
+	return bins
+}
+
 func main() {
-	binary := flag.String("binary", "bin/nri-sysctl", "the static nri-sysctl binary (make build)")
-	name := flag.String("name", "", "image name with tag, e.g. localhost/nri-sysctl:v0.1.0")
+	arch := flag.String("arch", runtime.GOARCH, "the architecture (GOARCH) of a -binary given without ARCH=")
+	bins := &binaryFlags{defArch: arch}
+	flag.Var(bins, "binary", "ARCH=PATH: the static nri-sysctl binary for GOARCH ARCH (make build); repeat it, once per architecture (default bin/nri-sysctl, for -arch)")
+	name := flag.String("name", "", "image name with tag, e.g. localhost/nri-sysctl:0.2.0")
 	out := flag.String("out", "bin/nri-sysctl-image.tar", "OCI image layout archive to write")
-	arch := flag.String("arch", runtime.GOARCH, "the binary's architecture (GOARCH)")
 	flag.Parse()
-	if err := build(*binary, *name, *arch, *out); err != nil {
+	platforms := bins.binaries()
+	if err := build(platforms, *name, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("%s: %s (%s)\n", *out, *name, *arch)
+	var archs []string
+	for _, p := range platforms {
+		archs = append(archs, "linux/"+p.arch)
+	}
+	fmt.Printf("%s: %s (%s)\n", *out, *name, strings.Join(archs, ", "))
 }
 
-func build(binary, name, arch, out string) error {
+func build(binaries []platformBinary, name, out string) error {
 	tag, err := tagOf(name)
 	if err != nil {
 		return err
 	}
-	bin, err := os.ReadFile(binary)
+	if len(binaries) == 0 {
+		return errors.New("no -binary: want one ARCH=PATH per architecture")
+	}
+	var adds []mutate.IndexAddendum
+	var seen []string
+	for _, b := range binaries {
+		if slices.Contains(seen, b.arch) {
+			return fmt.Errorf("-binary %s=%s: architecture %s given twice", b.arch, b.path, b.arch)
+		}
+		seen = append(seen, b.arch)
+		img, err := platformImage(b, tag)
+		if err != nil {
+			return err
+		}
+		adds = append(adds, mutate.IndexAddendum{
+			Add: img,
+			Descriptor: v1.Descriptor{
+				MediaType: types.OCIManifestSchema1,
+				Platform:  &v1.Platform{OS: "linux", Architecture: b.arch},
+			},
+		})
+	}
+	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	return writeArchive(index, name, tag, out)
+}
+
+// platformImage checks one architecture's binary and builds its image.
+func platformImage(b platformBinary, tag string) (v1.Image, error) {
+	if err := checkBinary(b); err != nil {
+		return nil, err
+	}
+	bin, err := os.ReadFile(b.path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := checkStatic(binary); err != nil {
-		return err
-	}
-	img, err := image(bin, tag, arch)
-	if err != nil {
-		return err
-	}
-	return writeArchive(img, name, tag, arch, out)
+	return image(bin, tag, b.arch)
 }
 
 // tagOf refuses a name without a tag: containerd would name the image
@@ -73,18 +143,36 @@ func build(binary, name, arch, out string) error {
 func tagOf(name string) (string, error) {
 	i := strings.LastIndex(name, ":")
 	if name == "" || i < 0 || i < strings.LastIndex(name, "/") || i == len(name)-1 {
-		return "", fmt.Errorf("-name %q: want a name with a tag, e.g. localhost/nri-sysctl:v0.1.0", name)
+		return "", fmt.Errorf("-name %q: want a name with a tag, e.g. localhost/nri-sysctl:0.2.0", name)
 	}
 	return name[i+1:], nil
 }
 
-// checkStatic refuses a dynamically linked binary: the image has no libc.
-func checkStatic(path string) error {
-	f, err := elf.Open(path)
+// checkBinary refuses an architecture the image is not built for, and a
+// binary that is not a static ELF binary of that architecture.
+func checkBinary(b platformBinary) error {
+	want, ok := elfMachines[b.arch]
+	if !ok {
+		known := make([]string, 0, len(elfMachines))
+		for a := range elfMachines {
+			known = append(known, a)
+		}
+		sort.Strings(known)
+		return fmt.Errorf("-binary %s=%s: unknown architecture %q (one of %s)", b.arch, b.path, b.arch, strings.Join(known, ", "))
+	}
+	f, err := elf.Open(b.path)
 	if err != nil {
-		return fmt.Errorf("%s: not an ELF binary: %w", path, err)
+		return fmt.Errorf("%s: not an ELF binary: %w", b.path, err)
 	}
 	defer f.Close()
+	if f.Machine != want {
+		return fmt.Errorf("%s is a %s binary, not %s (%s): build it with GOARCH=%s (make build GOARCH=%s)", b.path, f.Machine, b.arch, want, b.arch, b.arch)
+	}
+	return checkStatic(b.path, f)
+}
+
+// checkStatic refuses a dynamically linked binary: the image has no libc.
+func checkStatic(path string, f *elf.File) error {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			return fmt.Errorf("%s is dynamically linked (it has an ELF interpreter); the image has no libc: build it with CGO_ENABLED=0 (make build)", path)
@@ -132,7 +220,7 @@ func image(bin []byte, tag, arch string) (v1.Image, error) {
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{CreatedBy: "nri-sysctl hack/image: COPY bin/nri-sysctl " + entrypoint, Created: v1.Time{Time: time.Unix(0, 0).UTC()}},
+		History: v1.History{CreatedBy: "nri-sysctl hack/image: COPY nri-sysctl (linux/" + arch + ") " + entrypoint, Created: v1.Time{Time: time.Unix(0, 0).UTC()}},
 	})
 	if err != nil {
 		return nil, err
@@ -157,10 +245,11 @@ func image(bin []byte, tag, arch string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// writeArchive writes an OCI image layout holding the image under its name
-// (containerd's and OCI's annotations) as a tar, through a temporary file
-// renamed into place.
-func writeArchive(img v1.Image, name, tag, arch, out string) (err error) {
+// writeArchive writes an OCI image layout whose index.json names the image
+// index (containerd's and OCI's annotations) as a tar, through a temporary
+// file renamed into place. containerd imports it as one image; each node
+// pulls its own platform's manifest from the index.
+func writeArchive(index v1.ImageIndex, name, tag, out string) (err error) {
 	dir, err := os.MkdirTemp("", "nri-sysctl-image-")
 	if err != nil {
 		return err
@@ -170,12 +259,11 @@ func writeArchive(img v1.Image, name, tag, arch, out string) (err error) {
 	if err != nil {
 		return err
 	}
-	err = p.AppendImage(img,
+	err = p.AppendIndex(index,
 		layout.WithAnnotations(map[string]string{
 			"io.containerd.image.name":          name,
 			"org.opencontainers.image.ref.name": tag,
-		}),
-		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))
+		}))
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,8 @@ package e2e
 
 // The fleet roll-out on Kubernetes itself (make e2e-k8s): a single-node
 // cluster on the harness's containerd, the image from `make image`
-// imported with ctr, the chart installed with helm, and values read inside
-// the pods' containers through CRI.
+// imported with ctr, the chart package from `make chart` installed with
+// helm, and values read inside the pods' containers through CRI.
 
 import (
 	"crypto/sha256"
@@ -66,6 +66,32 @@ func imageName(t *testing.T, archive string) string {
 		t.Fatalf("%s: index.json: %v %s", archive, err, out)
 	}
 	return index.Manifests[0].Annotations["io.containerd.image.name"]
+}
+
+// packagedChart is the chart package make chart wrote (make e2e-k8s names
+// it in NRI_SYSCTL_E2E_CHART): the test installs it as an operator would,
+// leaving the image tag to the chart's default, its appVersion as an OCI
+// tag, which must then be the archive's tag.
+func packagedChart(t *testing.T, tag string) string {
+	t.Helper()
+	chart := os.Getenv("NRI_SYSCTL_E2E_CHART")
+	if !strings.HasSuffix(chart, ".tgz") {
+		t.Fatalf("NRI_SYSCTL_E2E_CHART=%q: want the chart package make chart writes, bin/nri-sysctl-<version>.tgz (make e2e-k8s sets it)", chart)
+	}
+	out, err := exec.Command("tar", "-xOzf", chart, "nri-sysctl/Chart.yaml").Output()
+	if err != nil {
+		t.Fatalf("%s: %v (run make chart)", chart, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion: "); ok {
+			if got := strings.ReplaceAll(strings.Trim(v, `"'`), "+", "_"); got != tag {
+				t.Fatalf("%s: appVersion %s gives the image tag %s, the image archive's is %s: run make image and make chart at one VERSION", chart, v, got, tag)
+			}
+			return chart
+		}
+	}
+	t.Fatalf("%s: Chart.yaml has no appVersion:\n%s", chart, out)
+	return ""
 }
 
 // pluginHasMetrics: the chart's readiness probe needs --metrics-address.
@@ -431,6 +457,7 @@ func TestK8sFleet(t *testing.T) {
 	archive := filepath.Join(c.repoRoot, "bin", "nri-sysctl-image.tar")
 	image := imageName(t, archive)
 	repo, tag, _ := strings.Cut(image, ":")
+	chart := packagedChart(t, tag)
 	testStart := time.Now()
 	k := startK8s(t, c)
 
@@ -460,7 +487,8 @@ func TestK8sFleet(t *testing.T) {
 
 	metrics := pluginHasMetrics(t, c.pluginBin)
 	values := map[string]any{
-		"image":               map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		// The tag: the packaged chart's default (packagedChart).
+		"image":               map[string]any{"repository": repo, "pullPolicy": "Never"},
 		"containerd":          map[string]any{"socket": c.grpcSock},
 		"nri":                 map[string]any{"socket": c.nriSock},
 		"watchConfigInterval": k8sWatchInterval,
@@ -503,7 +531,6 @@ func TestK8sFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := helmRun{k: k, home: filepath.Join(k.dir, "helm")}
-	chart := filepath.Join(c.repoRoot, "config", "helm", "nri-sysctl")
 	installStart := time.Now()
 	h.run(t, "install", pluginRelease, chart, "-n", pluginNamespace, "--create-namespace", "-f", valuesFile, "--wait", "--timeout", "3m")
 	// helm --wait counts a DaemonSet ready when no more than maxUnavailable

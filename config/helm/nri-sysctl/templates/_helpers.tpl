@@ -34,8 +34,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "nri-sysctl.fullname" .) .Values.existingConfigMap }}
 {{- end }}
 
+{{/* The default tag is the appVersion as make image tags the image: an
+     OCI tag has no "+", so build metadata's "+" becomes "_" (hack/version). */}}
 {{- define "nri-sysctl.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" .Values.image.repository (default (replace "+" "_" .Chart.AppVersion) .Values.image.tag) }}
 {{- end }}
 
 {{/* The directory of a socket path: the DaemonSet mounts directories, not
