@@ -79,6 +79,10 @@ var cniBridgeName = bridgeNameFor(os.Getpid())
 // bridgeNameFor names the bridge of the run with that pid (at most 15 bytes).
 func bridgeNameFor(pid int) string { return fmt.Sprintf("nrisysctl%d", pid%100000) }
 
+// secondBridgeNameFor names the bridge of the second node of the run with
+// that pid (k8s_twonode_test.go).
+func secondBridgeNameFor(pid int) string { return fmt.Sprintf("nrisysctlb%d", pid%10000) }
+
 // cluster is one running containerd with everything it needs.
 type cluster struct {
 	version    string
@@ -107,6 +111,10 @@ type cluster struct {
 
 	// kernel holds the baseline value of each key in baselineKeys.
 	kernel map[string]string
+
+	// mountNS, if not 0, is the pid of a process whose mount namespace
+	// containerd runs in (a second node: k8s_twonode_test.go).
+	mountNS int
 
 	mu      sync.Mutex
 	seq     int
@@ -271,24 +279,8 @@ func startCluster() (c *cluster, skip string, err error) {
 	if err := os.WriteFile(filepath.Join(c.tmp, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return c, "", err
 	}
-	// Short paths: unix socket paths are limited to 108 bytes.
-	c.root = filepath.Join(c.tmp, "root")
-	c.state = filepath.Join(c.tmp, "state")
-	c.logDir = filepath.Join(c.tmp, "log")
-	// Each socket in a directory of its own, as on a node: a pod mounts
-	// the directory (test/e2e/k8s_test.go), never the socket file.
-	c.grpcSock = filepath.Join(c.tmp, "containerd", "containerd.sock")
-	c.nriSock = filepath.Join(c.tmp, "nri", "nri.sock")
-	c.cniConfDir = filepath.Join(c.tmp, "cni", "net.d")
-	c.cniDataDir = filepath.Join(c.tmp, "cni", "ipam")
-	c.configPath = filepath.Join(c.tmp, "containerd.toml")
-	c.logPath = filepath.Join(c.logDir, "containerd.log")
-	c.workDir = filepath.Join(c.tmp, "work")
-	for _, d := range []string{c.root, c.state, c.logDir, c.cniConfDir, c.cniDataDir, c.workDir, filepath.Dir(c.grpcSock), filepath.Dir(c.nriSock),
-		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "opt"), filepath.Join(c.tmp, "pods")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return c, "", err
-		}
+	if err := c.makeDirs(); err != nil {
+		return c, "", err
 	}
 	logf("containerd %s, temp dir %s", c.version, c.tmp)
 	if err := os.WriteFile(c.configPath, []byte(containerdConfig(c)), 0o644); err != nil {
@@ -325,6 +317,30 @@ func startCluster() (c *cluster, skip string, err error) {
 	}
 	logf("environment ready after %s; baseline values without plugin: %v", time.Since(start).Round(time.Millisecond), c.kernel)
 	return c, "", nil
+}
+
+// makeDirs sets the paths below c.tmp and makes the directories.
+func (c *cluster) makeDirs() error {
+	// Short paths: unix socket paths are limited to 108 bytes.
+	c.root = filepath.Join(c.tmp, "root")
+	c.state = filepath.Join(c.tmp, "state")
+	c.logDir = filepath.Join(c.tmp, "log")
+	// Each socket in a directory of its own, as on a node: a pod mounts
+	// the directory (test/e2e/k8s_test.go), never the socket file.
+	c.grpcSock = filepath.Join(c.tmp, "containerd", "containerd.sock")
+	c.nriSock = filepath.Join(c.tmp, "nri", "nri.sock")
+	c.cniConfDir = filepath.Join(c.tmp, "cni", "net.d")
+	c.cniDataDir = filepath.Join(c.tmp, "cni", "ipam")
+	c.configPath = filepath.Join(c.tmp, "containerd.toml")
+	c.logPath = filepath.Join(c.logDir, "containerd.log")
+	c.workDir = filepath.Join(c.tmp, "work")
+	for _, d := range []string{c.root, c.state, c.logDir, c.cniConfDir, c.cniDataDir, c.workDir, filepath.Dir(c.grpcSock), filepath.Dir(c.nriSock),
+		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "opt"), filepath.Join(c.tmp, "pods")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // containerdConfig renders containerd's configuration. All differences between
@@ -546,12 +562,21 @@ func cniConfig(c *cluster) string {
 `, cniBridgeName, c.cniDataDir, cniSubnet)
 }
 
+// command runs bin in the cluster's mount namespace (nsenter, which
+// execs bin: the pid stays bin's).
+func (c *cluster) command(bin string, args ...string) *exec.Cmd {
+	if c.mountNS == 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command("nsenter", append([]string{"-t", strconv.Itoa(c.mountNS), "-m", "--", bin}, args...)...)
+}
+
 func (c *cluster) startContainerd() error {
 	logFile, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(c.binDir, "containerd"), "--config", c.configPath)
+	cmd := c.command(filepath.Join(c.binDir, "containerd"), "--config", c.configPath)
 	// The shim is found through PATH; it must be the one of the same version.
 	cmd.Env = append(os.Environ(), "PATH="+c.binDir+":"+os.Getenv("PATH")+":/usr/sbin:/sbin")
 	cmd.Stdout = logFile
@@ -795,8 +820,10 @@ func cleanStaleRuns() {
 		}
 		logf("cleaning up after an interrupted run: %s (owner pid %d is gone)", dir, pid)
 		releaseDir(dir)
-		if br := bridgeNameFor(pid); exec.Command("ip", "link", "show", br).Run() == nil {
-			_ = exec.Command("ip", "link", "del", br).Run()
+		for _, br := range []string{bridgeNameFor(pid), secondBridgeNameFor(pid)} {
+			if exec.Command("ip", "link", "show", br).Run() == nil {
+				_ = exec.Command("ip", "link", "del", br).Run()
+			}
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			logf("remove %s: %v", dir, err)
