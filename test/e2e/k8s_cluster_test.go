@@ -310,7 +310,8 @@ type kubeletSpec struct {
 	dir      string // its config, root dir, certificates and pod logs go here
 	// Its healthz port (127.0.0.1); 0: the kubelet's default, 10248.
 	healthzPort int
-	// Its pods' cgroup parent (cgroupsPerQOS is off); "": the root.
+	// Its pods' cgroup root, with the kubelet's QoS cgroups below it
+	// (cgroupsPerQOS); "": none (cgroupsPerQOS off, containerd's default).
 	cgroupRoot string
 	mountNS    int // see launchIn
 }
@@ -321,8 +322,10 @@ func (k *k8sCluster) startKubelet(t *testing.T, s kubeletSpec) *daemon {
 	if s.healthzPort != 0 {
 		extra += fmt.Sprintf("healthzPort: %d\n", s.healthzPort)
 	}
+	perQOS := "false"
 	if s.cgroupRoot != "" {
 		extra += fmt.Sprintf("cgroupRoot: %s\n", s.cgroupRoot)
+		perQOS = "true"
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -330,7 +333,7 @@ containerRuntimeEndpoint: unix://%s
 cgroupDriver: cgroupfs
 failSwapOn: false
 failCgroupV1: false
-cgroupsPerQOS: false
+cgroupsPerQOS: %s
 enforceNodeAllocatable: []
 localStorageCapacityIsolation: false
 enableServer: false
@@ -343,7 +346,7 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 5s
-%s`, s.endpoint, kubeletSyncFrequency, filepath.Join(s.dir, "pod-logs"), extra)
+%s`, s.endpoint, perQOS, kubeletSyncFrequency, filepath.Join(s.dir, "pod-logs"), extra)
 	cfgPath := filepath.Join(s.dir, "kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
