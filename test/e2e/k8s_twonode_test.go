@@ -264,16 +264,17 @@ func (k *k8sCluster) pluginPodOn(t *testing.T, node string) (p k8sPod, found, re
 	var pods struct{ Items []k8sPod }
 	q := url.Values{"fieldSelector": {"spec.nodeName=" + node}}
 	k.mustDo(t, http.MethodGet, "/api/v1/namespaces/"+pluginNamespace+"/pods?"+q.Encode(), "", nil, &pods)
-	for _, p := range pods.Items {
-		ready := p.Status.Phase == "Running"
-		for _, c := range p.Status.Conditions {
-			if c.Type == "Ready" && c.Status != "True" {
-				ready = false
-			}
-		}
-		return p, true, ready
+	if len(pods.Items) == 0 {
+		return k8sPod{}, false, false
 	}
-	return k8sPod{}, false, false
+	p = pods.Items[0]
+	ready = p.Status.Phase == "Running"
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" && c.Status != "True" {
+			ready = false
+		}
+	}
+	return p, true, ready
 }
 
 func (k *k8sCluster) waitPluginReadyOn(t *testing.T, node string, timeout time.Duration) k8sPod {

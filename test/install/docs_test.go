@@ -30,7 +30,6 @@ var pendingLinks = []string{
 	"docs/packages.md",
 	"docs/monitoring.md",
 	"docs/image-and-architectures.md",
-	"docs/testing-kubernetes.md",
 	"docs/kubelet-comparison.md#moving-to-kubelets-defaultpodsysctls-or-running-both",
 }
 
