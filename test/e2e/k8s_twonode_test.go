@@ -371,6 +371,11 @@ func TestK8sTwoNodes(t *testing.T) {
 		"config": k8sConfig(k8sDefaults),
 		"mode":   "auto",
 	}
+	// As in TestK8sFleet: NRI_SYSCTL_E2E_K8S_NODE_POLICY=false installs the
+	// chart without its node policy, and the token subtest must fail.
+	if os.Getenv("NRI_SYSCTL_E2E_K8S_NODE_POLICY") == "false" {
+		values["nodePolicy"] = map[string]any{"enabled": false}
+	}
 	valuesFile := filepath.Join(k.dir, "values.json")
 	data, _ := json.Marshal(values)
 	if err := os.WriteFile(valuesFile, data, 0o600); err != nil {
