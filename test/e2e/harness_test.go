@@ -835,6 +835,10 @@ func cleanStaleRuns() {
 			continue // its test run is still going
 		}
 		logf("cleaning up after an interrupted run: %s (owner pid %d is gone)", dir, pid)
+		// A two-node run's second node first (its own runc root; its
+		// cgroup root: k8s_twonode_test.go).
+		releaseDir(filepath.Join(dir, "n2"))
+		removeCgroupTree(fmt.Sprintf("/nri-sysctl-e2e-%d-node2", pid))
 		releaseDir(dir)
 		for _, br := range []string{bridgeNameFor(pid), secondBridgeNameFor(pid)} {
 			if exec.Command("ip", "link", "show", br).Run() == nil {

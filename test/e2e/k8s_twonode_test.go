@@ -211,11 +211,15 @@ func (n *secondNode) stop(t *testing.T) {
 			logf("ip link del %s: %v %s", n.bridge, err, out)
 		}
 	}
-	// The cgroup root, with what the kubelet and runc made below it,
-	// deepest first.
+	removeCgroupTree(n.cgroupRoot)
+}
+
+// removeCgroupTree removes the cgroup root in every hierarchy, with what
+// the kubelet and runc made below it, deepest first.
+func removeCgroupTree(root string) {
 	for _, h := range cgroupHierarchies() {
 		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(h, n.cgroupRoot), func(path string, d os.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(h, root), func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, path)
 			}
