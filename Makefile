@@ -142,21 +142,31 @@ e2e: build
 		NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v ./test/e2e/ || exit 1; \
 	done
 
-## e2e-k8s: the chart on a single-node Kubernetes v1.37.2 (etcd, API server,
-## controller manager, scheduler, kubelet; built by test/setup.sh --k8s) on
-## the harness's containerd; the image from make image, the chart from
-## make chart (the .tgz; root).
-## One run per containerd: 2.4.2 with the chart's spec mode, 2.1.9 with
-## its auto mode (namespace mode's privileges; the plugin chooses namespace
-## mode there).
-E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
+## e2e-k8s: the chart on Kubernetes v1.37.2 (etcd, API server, controller
+## manager, scheduler, kubelets; built by test/setup.sh --k8s); the image
+## from make image, the chart from make chart (the .tgz; root). Two stages:
+##  - TestK8sFleet: a single node on the harness's containerd, one run per
+##    E2E_K8S_CONTAINERD_VERSIONS (2.4.2: the chart's spec mode; before
+##    2.3: its auto mode, and the plugin chooses namespace mode);
+##  - TestK8sTwoNodes: one release in mode auto on a cluster of two nodes
+##    on this machine, each with its own containerd and kubelet, both
+##    fail-closed: E2E_K8S_TWO_NODES is node 1's version and node 2's
+##    (2.4.2, where the plugin chooses spec mode, and 2.2.9, namespace
+##    mode). docs/testing-kubernetes.md describes the harness.
+## Namespace mode on 2.1.9 under Kubernetes: E2E_K8S_CONTAINERD_VERSIONS="v2.4.2 v2.1.9".
+E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2
+E2E_K8S_TWO_NODES ?= v2.4.2 v2.2.9
 e2e-k8s: image
-	test/setup.sh --k8s $(E2E_K8S_CONTAINERD_VERSIONS)
+	test/setup.sh --k8s $(sort $(E2E_K8S_CONTAINERD_VERSIONS) $(E2E_K8S_TWO_NODES))
 	$(MAKE) --no-print-directory chart
 	@for v in $(E2E_K8S_CONTAINERD_VERSIONS); do \
-		echo "=== the chart on Kubernetes, containerd $$v"; \
-		NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_E2E_CHART=$(abspath $(CHART_TGZ)) NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run '^TestK8s' ./test/e2e/ || exit 1; \
+		echo "=== the chart on Kubernetes, one node, containerd $$v"; \
+		NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_E2E_CHART=$(abspath $(CHART_TGZ)) NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run '^TestK8sFleet$$' ./test/e2e/ || exit 1; \
 	done
+	@set -- $(E2E_K8S_TWO_NODES); \
+	echo "=== the chart on Kubernetes, two nodes: containerd $$1 and $$2"; \
+	NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_E2E_CHART=$(abspath $(CHART_TGZ)) NRI_SYSCTL_CONTAINERD_VERSION=$$1 NRI_SYSCTL_E2E_NODE2_CONTAINERD_VERSION=$$2 \
+		$(GO) test -count=1 -timeout 30m -v -run '^TestK8sTwoNodes$$' ./test/e2e/
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
 test-all: setup test arch-test fuzz-smoke e2e e2e-k8s vm-test bench-smoke

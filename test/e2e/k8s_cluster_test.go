@@ -131,8 +131,10 @@ func freePort() (int, error) {
 }
 
 // k8sCNIConfig is the harness's bridge with a gateway address: pods reach
-// the API server on it, and the kubelet reaches pods (probes).
-func k8sCNIConfig(c *cluster, gateway string) string {
+// the API server on it, and the kubelet reaches pods (probes). The default
+// route through it lets node 2's pods reach the API server on node 1's
+// bridge (the host routes between the two).
+func k8sCNIConfig(c *cluster, bridge, subnet, gateway string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "nri-sysctl-e2e",
@@ -146,13 +148,30 @@ func k8sCNIConfig(c *cluster, gateway string) string {
       "ipam": {
         "type": "host-local",
         "dataDir": %q,
-        "ranges": [[{"subnet": %q, "gateway": %q}]]
+        "ranges": [[{"subnet": %q, "gateway": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "loopback"}
   ]
 }
-`, cniBridgeName, c.cniDataDir, cniSubnet, gateway)
+`, bridge, c.cniDataDir, subnet, gateway)
+}
+
+// upBridge makes the bridge with the gateway address (a /24) before
+// anything listens on it or a pod is attached.
+func upBridge(t *testing.T, bridge, gateway string) {
+	t.Helper()
+	if exec.Command("ip", "link", "show", bridge).Run() != nil {
+		if out, err := exec.Command("ip", "link", "add", bridge, "type", "bridge").CombinedOutput(); err != nil {
+			t.Fatalf("ip link add %s: %v %s", bridge, err, out)
+		}
+	}
+	for _, args := range [][]string{{"addr", "replace", gateway + "/24", "dev", bridge}, {"link", "set", bridge, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
 }
 
 // startK8s brings the cluster up on the harness's containerd and stops it
@@ -177,17 +196,8 @@ func startK8s(t *testing.T, c *cluster) *k8sCluster {
 	start := time.Now()
 
 	// The bridge with the gateway address before anything listens on it.
-	if exec.Command("ip", "link", "show", cniBridgeName).Run() != nil {
-		if out, err := exec.Command("ip", "link", "add", cniBridgeName, "type", "bridge").CombinedOutput(); err != nil {
-			t.Fatalf("ip link add %s: %v %s", cniBridgeName, err, out)
-		}
-	}
-	for _, args := range [][]string{{"addr", "replace", k.gateway + "/24", "dev", cniBridgeName}, {"link", "set", cniBridgeName, "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(c.cniConfDir, "10-nri-sysctl-e2e.conflist"), []byte(k8sCNIConfig(c, k.gateway)), 0o644); err != nil {
+	upBridge(t, cniBridgeName, k.gateway)
+	if err := os.WriteFile(filepath.Join(c.cniConfDir, "10-nri-sysctl-e2e.conflist"), []byte(k8sCNIConfig(c, cniBridgeName, cniSubnet, k.gateway)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -217,21 +227,9 @@ func startK8s(t *testing.T, c *cluster) *k8sCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := func(name, cn string, orgs ...string) string {
-		cert, key, err := k.pki.issue(name, cn, orgs, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path, err := k.pki.kubeconfig(name, k.server, cert, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	k.admin = kubeconfig("admin", "e2e-admin", "system:masters")
-	cmKubeconfig := kubeconfig("controller-manager", "system:kube-controller-manager")
-	schedKubeconfig := kubeconfig("scheduler", "system:kube-scheduler")
-	kubeletKubeconfig := kubeconfig("kubelet", "system:node:"+k8sNodeName, "system:nodes")
+	k.admin = k.kubeconfig(t, "admin", "e2e-admin", "system:masters")
+	cmKubeconfig := k.kubeconfig(t, "controller-manager", "system:kube-controller-manager")
+	schedKubeconfig := k.kubeconfig(t, "scheduler", "system:kube-scheduler")
 	adminCert, adminKey := filepath.Join(k.pki.dir, "admin.crt"), filepath.Join(k.pki.dir, "admin.key")
 	if k.api, err = apiClient(k.pki.caFile, adminCert, adminKey); err != nil {
 		t.Fatal(err)
@@ -261,15 +259,42 @@ func startK8s(t *testing.T, c *cluster) *k8sCluster {
 		"--service-account-private-key-file", saKey, "--root-ca-file", k.pki.caFile,
 		"--cluster-name", "nri-sysctl-e2e", "--allocate-node-cidrs=false", "--controllers=*")
 	k.launch(t, "kube-scheduler", "--kubeconfig", schedKubeconfig, "--leader-elect=false", "--secure-port=0")
-	k.startKubelet(t, kubeletKubeconfig)
-	k.waitNodeReady(t, 3*time.Minute)
+	k.kubelet = k.startKubelet(t, kubeletSpec{node: k8sNodeName, nodeIP: k.gateway, endpoint: c.grpcSock, dir: k.dir})
+	k.waitNodeReady(t, k8sNodeName, k.kubelet, 3*time.Minute)
 	logf("cluster ready (node %s Ready) after %s", k8sNodeName, time.Since(start).Round(time.Millisecond))
 	return k
 }
 
+// kubeconfig issues a client certificate and writes a kubeconfig with it.
+func (k *k8sCluster) kubeconfig(t *testing.T, name, cn string, orgs ...string) string {
+	t.Helper()
+	cert, key, err := k.pki.issue(name, cn, orgs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := k.pki.kubeconfig(name, k.server, cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func (k *k8sCluster) launch(t *testing.T, name string, args ...string) *daemon {
 	t.Helper()
-	d, err := startDaemon(name, k.logDir, k.bins[name], args...)
+	return k.launchIn(t, 0, name, name, args...)
+}
+
+// launchIn starts the binary bin as the daemon name, in the mount
+// namespace of the process mountNS (if not 0; nsenter execs bin, so the
+// pid stays the daemon's).
+func (k *k8sCluster) launchIn(t *testing.T, mountNS int, name, bin string, args ...string) *daemon {
+	t.Helper()
+	path := k.bins[bin]
+	if mountNS != 0 {
+		args = append([]string{"-t", fmt.Sprint(mountNS), "-m", "--", path}, args...)
+		path = "nsenter"
+	}
+	d, err := startDaemon(name, k.logDir, path, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,15 +302,38 @@ func (k *k8sCluster) launch(t *testing.T, name string, args ...string) *daemon {
 	return d
 }
 
-func (k *k8sCluster) startKubelet(t *testing.T, kubeconfig string) {
+// kubeletSpec is what makes one node's kubelet its own.
+type kubeletSpec struct {
+	node     string // its node name
+	nodeIP   string
+	endpoint string // its containerd's socket
+	dir      string // its config, root dir, certificates and pod logs go here
+	// Its healthz port (127.0.0.1); 0: the kubelet's default, 10248.
+	healthzPort int
+	// Its pods' cgroup root, with the kubelet's QoS cgroups below it
+	// (cgroupsPerQOS); "": none (cgroupsPerQOS off, containerd's default).
+	cgroupRoot string
+	mountNS    int // see launchIn
+}
+
+func (k *k8sCluster) startKubelet(t *testing.T, s kubeletSpec) *daemon {
 	t.Helper()
+	extra := ""
+	if s.healthzPort != 0 {
+		extra += fmt.Sprintf("healthzPort: %d\n", s.healthzPort)
+	}
+	perQOS := "false"
+	if s.cgroupRoot != "" {
+		extra += fmt.Sprintf("cgroupRoot: %s\n", s.cgroupRoot)
+		perQOS = "true"
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://%s
 cgroupDriver: cgroupfs
 failSwapOn: false
 failCgroupV1: false
-cgroupsPerQOS: false
+cgroupsPerQOS: %s
 enforceNodeAllocatable: []
 localStorageCapacityIsolation: false
 enableServer: false
@@ -298,14 +346,19 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 5s
-`, k.c.grpcSock, kubeletSyncFrequency, filepath.Join(k.dir, "pod-logs"))
-	cfgPath := filepath.Join(k.dir, "kubelet.yaml")
+%s`, s.endpoint, perQOS, kubeletSyncFrequency, filepath.Join(s.dir, "pod-logs"), extra)
+	cfgPath := filepath.Join(s.dir, "kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k.kubelet = k.launch(t, "kubelet", "--config", cfgPath, "--kubeconfig", kubeconfig,
-		"--root-dir", filepath.Join(k.dir, "kubelet"), "--cert-dir", filepath.Join(k.dir, "kubelet-pki"),
-		"--hostname-override", k8sNodeName, "--node-ip", k.gateway,
+	name := "kubelet"
+	if s.node != k8sNodeName {
+		name = "kubelet-" + s.node
+	}
+	kubeconfig := k.kubeconfig(t, name, "system:node:"+s.node, "system:nodes")
+	return k.launchIn(t, s.mountNS, name, "kubelet", "--config", cfgPath, "--kubeconfig", kubeconfig,
+		"--root-dir", filepath.Join(s.dir, "kubelet"), "--cert-dir", filepath.Join(s.dir, "kubelet-pki"),
+		"--hostname-override", s.node, "--node-ip", s.nodeIP,
 		"--register-with-taints", notReadyTaint, "--v", "2")
 }
 
@@ -443,8 +496,13 @@ type k8sNode struct {
 
 func (k *k8sCluster) node(t *testing.T) k8sNode {
 	t.Helper()
+	return k.nodeNamed(t, k8sNodeName)
+}
+
+func (k *k8sCluster) nodeNamed(t *testing.T, name string) k8sNode {
+	t.Helper()
 	var n k8sNode
-	k.mustDo(t, http.MethodGet, "/api/v1/nodes/"+k8sNodeName, "", nil, &n)
+	k.mustDo(t, http.MethodGet, "/api/v1/nodes/"+name, "", nil, &n)
 	return n
 }
 
@@ -457,13 +515,13 @@ func (n k8sNode) hasTaint(keyEffect string) bool {
 	return false
 }
 
-func (k *k8sCluster) waitNodeReady(t *testing.T, timeout time.Duration) {
+func (k *k8sCluster) waitNodeReady(t *testing.T, node string, kubelet *daemon, timeout time.Duration) {
 	t.Helper()
-	waitUntil(t, timeout, "node "+k8sNodeName+" Ready", func() (bool, string) {
-		if !k.kubelet.running() {
-			t.Fatalf("kubelet exited: %v\n%s", k.kubelet.err, tail(k.kubelet.logPath, 60))
+	waitUntil(t, timeout, "node "+node+" Ready", func() (bool, string) {
+		if !kubelet.running() {
+			t.Fatalf("%s exited: %v\n%s", kubelet.name, kubelet.err, tail(kubelet.logPath, 60))
 		}
-		data, code, err := k.do(http.MethodGet, "/api/v1/nodes/"+k8sNodeName, "", nil)
+		data, code, err := k.do(http.MethodGet, "/api/v1/nodes/"+node, "", nil)
 		if err != nil || code != 200 {
 			return false, fmt.Sprintf("HTTP %d %v", code, err)
 		}

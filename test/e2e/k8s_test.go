@@ -158,6 +158,7 @@ func (k *k8sCluster) pod(t *testing.T, ns, name string) (k8sPod, bool) {
 
 type workload struct {
 	name        string
+	node        string // spec.nodeName; "": the scheduler's choice
 	hostNetwork bool
 	sysctls     map[string]string // the pod's own securityContext.sysctls
 }
@@ -169,6 +170,7 @@ func (k *k8sCluster) createWorkload(t *testing.T, w workload) {
 		"terminationGracePeriodSeconds": 1,
 		"automountServiceAccountToken":  false,
 		"enableServiceLinks":            false,
+		"nodeName":                      w.node,
 		"containers": []any{map[string]any{
 			"name": "app", "image": busyboxImage, "imagePullPolicy": "Never",
 			"command": []string{"sleep", "3600"},
@@ -242,6 +244,12 @@ func (k *k8sCluster) workloadValues(t *testing.T, w workload) map[string]string 
 // current template and is ready.
 func (k *k8sCluster) waitDaemonSet(t *testing.T) {
 	t.Helper()
+	k.waitDaemonSetOn(t, 1)
+}
+
+// waitDaemonSetOn is waitDaemonSet on a cluster of that many nodes.
+func (k *k8sCluster) waitDaemonSetOn(t *testing.T, nodes int) {
+	t.Helper()
 	waitUntil(t, 3*time.Minute, "the DaemonSet's pods to be updated and ready", func() (bool, string) {
 		var ds struct {
 			Metadata struct{ Generation int64 } `json:"metadata"`
@@ -255,8 +263,8 @@ func (k *k8sCluster) waitDaemonSet(t *testing.T) {
 		}
 		k.mustDo(t, http.MethodGet, "/apis/apps/v1/namespaces/"+pluginNamespace+"/daemonsets/"+pluginRelease, "", nil, &ds)
 		st := ds.Status
-		return st.ObservedGeneration == ds.Metadata.Generation && st.DesiredNumberScheduled == 1 &&
-			st.UpdatedNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1, fmt.Sprintf("%+v", st)
+		return st.ObservedGeneration == ds.Metadata.Generation && st.DesiredNumberScheduled == nodes &&
+			st.UpdatedNumberScheduled == nodes && st.NumberReady == nodes && st.NumberAvailable == nodes, fmt.Sprintf("%+v", st)
 	})
 }
 
@@ -435,6 +443,19 @@ func (c *cluster) netnsDir(t *testing.T) string {
 	return ""
 }
 
+// shareDir makes dir a shared mount of its own: HostToContainer
+// propagation needs that, as on a systemd host (/ is shared there); the
+// test machine's / is private. The harness unmounts it at teardown.
+func shareDir(t *testing.T, dir string) {
+	t.Helper()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatalf("bind-mount %s: %v", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		t.Fatalf("make %s shared: %v", dir, err)
+	}
+}
+
 func TestK8sFleet(t *testing.T) {
 	if os.Getenv("NRI_SYSCTL_E2E_K8S") == "" {
 		t.Skip("the Kubernetes roll-out test runs with make e2e-k8s (NRI_SYSCTL_E2E_K8S=1)")
@@ -515,15 +536,7 @@ func TestK8sFleet(t *testing.T) {
 	if chartMode != "spec" {
 		dir := c.netnsDir(t)
 		values["netnsDir"] = dir
-		// HostToContainer propagation needs the directory on a shared
-		// mount, as it is on a systemd host (/ is shared there); the test
-		// machine's / is private.
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			t.Fatalf("bind-mount %s: %v", dir, err)
-		}
-		if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-			t.Fatalf("make %s shared: %v", dir, err)
-		}
+		shareDir(t, dir)
 	}
 	valuesFile := filepath.Join(k.dir, "values.json")
 	data, _ := json.Marshal(values)
