@@ -196,7 +196,7 @@ e2e-k8s: image
 	done
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test arch-test fuzz-smoke e2e e2e-k8s vm-test bench-smoke
+test-all: setup test arch-test fuzz-smoke packages-lint e2e e2e-k8s vm-test bench-smoke
 
 ## vm-setup: what the VM test needs (qemu, mmdebstrap, containerd, kubelet).
 VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.9
