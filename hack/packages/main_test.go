@@ -183,6 +183,12 @@ func checkScripts(t *testing.T, format string, s map[string]string) {
 		if !strings.HasPrefix(s[n], "#!/bin/sh\n") {
 			t.Errorf("%s script %s missing or not /bin/sh (%d bytes)", format, n, len(s[n]))
 		}
+		// Syntax only (sh -n runs nothing).
+		cmd := exec.Command("sh", "-n")
+		cmd.Stdin = strings.NewReader(s[n])
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s script %s: sh -n: %v\n%s", format, n, err, out)
+		}
 	}
 	post, preun, postun := s[names[0]], s[names[1]], s[names[2]]
 	validate := "validate --skip-kernel-check --config"

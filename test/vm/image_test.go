@@ -455,8 +455,12 @@ func installDeb(t *testing.T, root, deb string) error {
 		"etc/systemd/system/kubelet.service.requires/nri-sysctl.service",
 		"etc/systemd/system/multi-user.target.wants/nri-sysctl-reload.path",
 	} {
-		if target, err := os.Readlink(filepath.Join(root, link)); err != nil || !strings.HasPrefix(target, "/lib/systemd/system/") {
-			return fmt.Errorf("after dpkg -i in the chroot, /%s is %q (%v), want a link into /lib/systemd/system\n%s", link, target, err, out)
+		target, err := os.Readlink(filepath.Join(root, link))
+		if err != nil {
+			return fmt.Errorf("after dpkg -i in the chroot, no link /%s: %w\n%s", link, err, out)
+		}
+		if !strings.HasPrefix(target, "/lib/systemd/system/") {
+			return fmt.Errorf("after dpkg -i in the chroot, /%s points to %s, want /lib/systemd/system\n%s", link, target, out)
 		}
 	}
 	t.Logf("dpkg -i %s in the image's chroot: %s\n%s", filepath.Base(deb), time.Since(start).Round(time.Second), strings.TrimSpace(string(out)))
