@@ -569,9 +569,11 @@ func checkPackageUpgrade(t *testing.T, v *vm, cfg string) {
 	// The restart takes kubelet along (it requires the plugin): it must be
 	// active again, started after the new plugin was ready, and down only
 	// while the plugin restarted.
-	if state := v.unitProp("kubelet.service", "ActiveState"); state != "active" {
-		t.Errorf("kubelet is %s after the upgrade", state)
-	}
+	// (systemctl restart returns once the plugin is up; kubelet's start,
+	// ordered after it, may still be under way.)
+	v.waitFor("kubelet active again after the upgrade", time.Minute, func() bool {
+		return v.unitProp("kubelet.service", "ActiveState") == "active"
+	})
 	kubeletDown := v.unitPropInt("kubelet.service", "InactiveEnterTimestampMonotonic")
 	kubeletUp := v.unitPropInt("kubelet.service", "ActiveEnterTimestampMonotonic")
 	pluginDown := v.unitPropInt("nri-sysctl.service", "InactiveEnterTimestampMonotonic")
