@@ -110,6 +110,7 @@ PACKAGE_CONFIG  ?=
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 packages:
 	$(HOST_GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
+	rm -f $(PACKAGES_DIR)/nri-sysctl_*.deb $(PACKAGES_DIR)/nri-sysctl-*.rpm
 	@for arch in $(PACKAGE_ARCHES); do \
 		echo "CGO_ENABLED=0 GOARCH=$$arch go build -o $(PACKAGE_BIN_DIR)/$$arch/nri-sysctl ./plugin"; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin || exit 1; \
