@@ -34,12 +34,14 @@ E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
 IMAGE_NAME ?= localhost/nri-sysctl
 IMAGE_TAR  := bin/nri-sysctl-image.tar
 
+comma := ,
+
 # golangci-lint: built once from the Go module proxy into the test cache.
 CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
 
-.PHONY: all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
@@ -92,6 +94,39 @@ chart:
 		$(HELM) package $(CHART_DIR) --version "$$v" --app-version "$$v" --destination $(CHART_OUT); \
 	rc=$$?; rm -rf "$$home"; exit $$rc
 
+## packages: .deb and .rpm packages for amd64 and arm64 in bin/packages
+## (DEB_VERSION, RPM_VERSION; docs/packages.md), built with nfpm by
+## hack/packages, a module of its own. The binaries are built here, one per
+## architecture (bin/<arch>/nri-sysctl). PACKAGE_ARCHES and PACKAGE_FORMATS
+## narrow it (the VM test builds amd64 deb only); PACKAGES_DIR and
+## PACKAGE_BIN_DIR move the output.
+PACKAGE_ARCHES  ?= amd64 arm64
+PACKAGE_FORMATS ?= deb rpm
+PACKAGES_DIR    ?= bin/packages
+PACKAGE_BIN_DIR ?= bin
+PACKAGE_CONFIG  ?=
+# File times and the changelog date: the commit's time, so that the same
+# tree gives the same packages.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+packages:
+	$(HOST_GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
+	rm -f $(PACKAGES_DIR)/nri-sysctl_*.deb $(PACKAGES_DIR)/nri-sysctl-*.rpm
+	@for arch in $(PACKAGE_ARCHES); do \
+		echo "CGO_ENABLED=0 GOARCH=$$arch go build -o $(PACKAGE_BIN_DIR)/$$arch/nri-sysctl ./plugin"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin || exit 1; \
+	done
+	cd hack/packages && $(HOST_GO) run . -repo $(abspath .) -bin-dir $(abspath $(PACKAGE_BIN_DIR)) -out $(abspath $(PACKAGES_DIR)) \
+		-deb-version '$(DEB_VERSION)' -rpm-version '$(RPM_VERSION)' -source-date-epoch '$(SOURCE_DATE_EPOCH)' \
+		-arches '$(subst $(eval) ,$(comma),$(strip $(PACKAGE_ARCHES)))' -formats '$(subst $(eval) ,$(comma),$(strip $(PACKAGE_FORMATS)))' \
+		$(if $(PACKAGE_CONFIG),-config $(abspath $(PACKAGE_CONFIG)))
+
+## packages-lint: make packages, then lintian on each .deb (any error or
+## warning fails; the package's lintian overrides, each with its reason, are
+## hack/packages/files/lintian-overrides) and rpm -K, rpm -qpl on each .rpm
+## (lintian and rpm from test/setup.sh).
+packages-lint: packages
+	hack/packages/lint.sh $(PACKAGES_DIR)
+
 ## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
 test: fmt-check vet lint unit
 
@@ -105,11 +140,13 @@ $(GOLANGCI_LINT):
 	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 ## unit: also hack/alerts (a module of its own), which checks the chart's
-## alerts and dashboard against plugin/testdata/metrics.txt.
+## alerts and dashboard against plugin/testdata/metrics.txt, and
+## hack/packages (the packages' contents).
 unit:
 	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/chart/ ./test/internal/...
 	cd hack/image && $(GO) test -count=1 ./...
 	cd hack/alerts && $(GO) test -count=1 ./...
+	cd hack/packages && $(GO) test -count=1 ./...
 
 ## manifests: config/kubernetes/nri-sysctl.yaml from the Helm chart (helm from test/setup.sh).
 manifests:
@@ -119,6 +156,7 @@ vet:
 	$(GO) vet ./...
 	cd hack/image && $(GO) vet ./...
 	cd hack/alerts && $(GO) vet ./...
+	cd hack/packages && $(GO) vet ./...
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
@@ -169,7 +207,7 @@ e2e-k8s: image
 		$(GO) test -count=1 -timeout 30m -v -run '^TestK8sTwoNodes$$' ./test/e2e/
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test arch-test fuzz-smoke e2e e2e-k8s vm-test bench-smoke
+test-all: setup test arch-test fuzz-smoke packages-lint e2e e2e-k8s vm-test bench-smoke
 
 ## vm-setup: what the VM test needs (qemu, mmdebstrap, containerd, kubelet).
 VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.9

@@ -6,7 +6,8 @@
 # Installs, only when missing:
 #   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2,
 #     systemd (systemd-analyze, for test/install); qemu-user-static (make
-#     arch-test runs the arm64 binary under it; not with --demo)
+#     arch-test runs the arm64 binary under it) and lintian and rpm (make
+#     packages-lint: lintian on the .debs, rpm -K/-qpl on the .rpms), not with --demo
 #   - containerd, containerd-shim-runc-v2 and ctr of each requested version,
 #     built from the Go module proxy into $CACHE/containerd-<version>/bin
 #   - crictl into $CACHE/crictl-<CRICTL_VERSION>/bin
@@ -54,9 +55,10 @@ done
 if [[ ${#VERSIONS[@]} -eq 0 ]]; then
 	VERSIONS=(v2.4.2)
 fi
-# make arch-test: the other architecture's binary under qemu user emulation.
+# make arch-test: the other architecture's binary under qemu user emulation;
+# make packages-lint: lintian and rpm.
 if [[ -z $DEMO_ONLY ]]; then
-	APT_PACKAGES+=(qemu-user-static)
+	APT_PACKAGES+=(qemu-user-static lintian rpm)
 fi
 
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

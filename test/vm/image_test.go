@@ -1,16 +1,19 @@
 package vm
 
 // Building the node image the way an image builder would: Debian 12 from
-// mmdebstrap, then containerd, kubelet and crictl binaries, `make install
-// DESTDIR=<root> PREFIX=/usr`, the containerd drop-ins, units and static
-// pods, and an ext4 disk image made with `mke2fs -d` (no loop mount).
+// mmdebstrap, then containerd, kubelet and crictl binaries, nri-sysctl from
+// its .deb (`make packages`, amd64 deb only) installed with `dpkg -i` in a
+// chroot of the image's root, the containerd drop-ins, units and static
+// pods, and an ext4 disk image made with `mke2fs -d` (no loop mount). A
+// second .deb, at a newer version and with a changed shipped config, goes
+// into the image for the upgrade test (vm_test.go).
 //
 // Everything is cached below $NRI_SYSCTL_CACHE/vm (default
 // /var/cache/nri-sysctl-e2e/vm), keyed by what went into it:
 //   base-<key>.tar              mmdebstrap's output; key: its arguments
 //   node-<containerd>-<key>/    root.img, vmlinuz, initrd.img; key: the base
-//                               key and every file added on top (binaries
-//                               included), so a new plugin binary or unit
+//                               key, the .deb and every file added on top
+//                               (binaries included), so a new plugin binary or unit
 //                               makes a new image and an unchanged tree
 //                               reuses the old one. Older node images of the
 //                               same containerd version are removed.
@@ -194,7 +197,11 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	if err := os.Chmod(staging, 0o755); err != nil {
 		return nil, err
 	}
-	if err := run(repo, "make", "--no-print-directory", "install", "DESTDIR="+staging, "PREFIX=/usr"); err != nil {
+	pkgs, err := getPackages(t, repo, vmCache)
+	if err != nil {
+		return nil, err
+	}
+	if err := copyFile(pkgs.upgrade, filepath.Join(staging, upgradeDebInImage), 0o644); err != nil {
 		return nil, err
 	}
 	if err := copyTree(filepath.Join(repo, "test", "vm", "rootfs"), staging); err != nil {
@@ -224,16 +231,8 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	if err := writeFile(filepath.Join(staging, "etc/containerd/config.toml"), containerdConfig(version, cfgVersion), 0o644); err != nil {
 		return nil, err
 	}
-	// The NRI drop-in as `make install` ships it.
-	if err := copyFile(filepath.Join(staging, "usr/share/nri-sysctl/containerd", dropIn), filepath.Join(staging, "etc/containerd/conf.d", dropIn), 0o644); err != nil {
-		return nil, err
-	}
-	// The test's plugin config replaces the shipped example.
-	if err := copyFile(filepath.Join(staging, "usr/local/lib/vmtest/node-config.yaml"), filepath.Join(staging, "etc/nri-sysctl/config.yaml"), 0o600); err != nil {
-		return nil, err
-	}
-	for _, cfg := range []string{"etc/nri-sysctl/config.yaml", "usr/local/lib/vmtest/compare-config.yaml"} {
-		if err := run("/", filepath.Join(staging, "usr/bin/nri-sysctl"), "validate", "--skip-kernel-check", "--config", filepath.Join(staging, cfg)); err != nil {
+	for _, cfg := range []string{"usr/local/lib/vmtest/node-config.yaml", "usr/local/lib/vmtest/compare-config.yaml"} {
+		if err := run("/", pkgs.binary, "validate", "--skip-kernel-check", "--config", filepath.Join(staging, cfg)); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +246,11 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := shortHash(baseKey, treeKey, version)
+	debKey, err := hashTree(pkgs.deb)
+	if err != nil {
+		return nil, err
+	}
+	key := shortHash(baseKey, treeKey, debKey, version)
 	img := &nodeImage{containerd: version, dir: filepath.Join(vmCache, "node-"+version+"-"+key)}
 	img.root = filepath.Join(img.dir, "root.img")
 	img.kernel = filepath.Join(img.dir, "vmlinuz")
@@ -275,12 +278,23 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	if err := run("/", "cp", "-a", staging+"/.", root+"/"); err != nil {
 		return nil, err
 	}
-	// Enabled as an image builder enables them: from their [Install]
-	// sections (nri-sysctl.service: WantedBy=multi-user.target,
-	// RequiredBy=kubelet.service).
+	if err := installDeb(t, root, pkgs.deb); err != nil {
+		return nil, err
+	}
+	// The NRI drop-in as the package ships it.
+	if err := copyFile(filepath.Join(root, "usr/share/nri-sysctl/containerd", dropIn), filepath.Join(root, "etc/containerd/conf.d", dropIn), 0o644); err != nil {
+		return nil, err
+	}
+	// The test's plugin config replaces the shipped example: for dpkg, a
+	// conffile the admin edited.
+	if err := copyFile(filepath.Join(root, "usr/local/lib/vmtest/node-config.yaml"), filepath.Join(root, "etc/nri-sysctl/config.yaml"), 0o600); err != nil {
+		return nil, err
+	}
+	// The rest enabled as an image builder enables them, from their
+	// [Install] sections (the package's postinst enabled its own units).
 	if err := run("/", "systemctl", "--root="+root, "enable",
 		"containerd.service", "vmtest-images.service", "vmtest-setup.service", "vmtest-agent.service",
-		"nri-sysctl.service", "nri-sysctl-reload.path", "kubelet.service"); err != nil {
+		"kubelet.service"); err != nil {
 		return nil, err
 	}
 	// No login prompt fights the agent for anything, and no getty on the console.
@@ -318,6 +332,139 @@ func buildNodeImage(t *testing.T, version string) (*nodeImage, error) {
 	pruneImages(t, vmCache, version, img.dir)
 	t.Logf("node image: built %s in %s", img.dir, time.Since(start).Round(time.Second))
 	return img, nil
+}
+
+// upgradeDebInImage is where the image keeps the newer package for the
+// upgrade test.
+const upgradeDebInImage = "usr/local/share/vmtest/nri-sysctl-upgrade.deb"
+
+// upgradeMarker is the line the newer package adds to its shipped config,
+// so that dpkg sees a conffile changed both by the admin and by the package.
+const upgradeMarker = "# nri-sysctl VM test: the newer package's shipped config"
+
+type packages struct {
+	dir     string // temporary, removed by the caller
+	deb     string // at the project's VERSION
+	upgrade string // at upgradeVersion, with upgradeMarker in its config
+	binary  string // the amd64 binary in deb
+}
+
+// projectVersion is the file VERSION.
+func projectVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// upgradeVersion is a version dpkg orders after the project's: the same
+// code, with build metadata added.
+func upgradeVersion(t *testing.T) string {
+	v := projectVersion(t)
+	if strings.Contains(v, "+") {
+		return v + ".vmtest.upgrade"
+	}
+	return v + "+vmtest.upgrade"
+}
+
+var (
+	builtPackages    *packages
+	builtPackagesErr error
+)
+
+// getPackages builds the packages once per test binary (imagesMu is held);
+// TestMain removes them.
+func getPackages(t *testing.T, repo, vmCache string) (*packages, error) {
+	if builtPackages == nil && builtPackagesErr == nil {
+		builtPackages, builtPackagesErr = buildPackages(t, repo, vmCache)
+	}
+	return builtPackages, builtPackagesErr
+}
+
+// removePackages removes what getPackages built.
+func removePackages() {
+	if builtPackages != nil {
+		os.RemoveAll(builtPackages.dir)
+	}
+}
+
+// buildPackages runs `make packages` for amd64 .deb twice: at the project's
+// VERSION, and at upgradeVersion with a changed shipped config.
+func buildPackages(t *testing.T, repo, vmCache string) (*packages, error) {
+	start := time.Now()
+	dir, err := os.MkdirTemp(vmCache, tempPrefix("packages"))
+	if err != nil {
+		return nil, err
+	}
+	p := &packages{dir: dir, binary: filepath.Join(dir, "bin-current", "amd64", "nri-sysctl")}
+	cfg, err := os.ReadFile(filepath.Join(repo, "config", "config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	newerConfig := filepath.Join(dir, "config-upgrade.yaml")
+	if err := writeFile(newerConfig, upgradeMarker+"\n"+string(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	for _, b := range []struct {
+		name  string
+		extra []string
+		out   *string
+	}{
+		{"current", nil, &p.deb},
+		{"upgrade", []string{"VERSION=" + upgradeVersion(t), "PACKAGE_CONFIG=" + newerConfig}, &p.upgrade},
+	} {
+		out := filepath.Join(dir, "packages-"+b.name)
+		args := append([]string{"--no-print-directory", "packages", "PACKAGE_ARCHES=amd64", "PACKAGE_FORMATS=deb",
+			"PACKAGES_DIR=" + out, "PACKAGE_BIN_DIR=" + filepath.Join(dir, "bin-"+b.name)}, b.extra...)
+		if err := run(repo, "make", args...); err != nil {
+			return nil, err
+		}
+		debs, _ := filepath.Glob(filepath.Join(out, "*.deb"))
+		if len(debs) != 1 {
+			return nil, fmt.Errorf("make packages (%s) wrote %v, want one .deb", b.name, debs)
+		}
+		*b.out = debs[0]
+	}
+	t.Logf("packages: %s and %s built in %s", filepath.Base(p.deb), filepath.Base(p.upgrade), time.Since(start).Round(time.Second))
+	return p, nil
+}
+
+// installDeb installs the package into the image's root as an image
+// builder does: dpkg -i in a chroot, where no systemd runs, so the
+// postinst validates the config and enables the units (deb-systemd-helper)
+// but starts nothing. The enablement links are checked here: kubelet's
+// requirement on the plugin is the package's to create.
+func installDeb(t *testing.T, root, deb string) error {
+	start := time.Now()
+	inRoot := "/tmp/" + filepath.Base(deb)
+	if err := copyFile(deb, filepath.Join(root, inRoot), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(root, inRoot))
+	cmd := exec.Command("chroot", root, "dpkg", "-i", inRoot)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("chroot %s dpkg -i %s: %w\n%s", root, inRoot, err, out)
+	}
+	for _, link := range []string{
+		"etc/systemd/system/multi-user.target.wants/nri-sysctl.service",
+		"etc/systemd/system/kubelet.service.requires/nri-sysctl.service",
+		"etc/systemd/system/multi-user.target.wants/nri-sysctl-reload.path",
+	} {
+		target, err := os.Readlink(filepath.Join(root, link))
+		if err != nil {
+			return fmt.Errorf("after dpkg -i in the chroot, no link /%s: %w\n%s", link, err, out)
+		}
+		if !strings.HasPrefix(target, "/lib/systemd/system/") {
+			return fmt.Errorf("after dpkg -i in the chroot, /%s points to %s, want /lib/systemd/system\n%s", link, target, out)
+		}
+	}
+	t.Logf("dpkg -i %s in the image's chroot: %s\n%s", filepath.Base(deb), time.Since(start).Round(time.Second), strings.TrimSpace(string(out)))
+	return nil
 }
 
 // keepImages node images of one containerd version stay in the cache: the

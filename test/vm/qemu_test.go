@@ -42,7 +42,9 @@ func TestMain(m *testing.M) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go interrupted(sigs)
-	os.Exit(m.Run())
+	code := m.Run()
+	removePackages()
+	os.Exit(code)
 }
 
 // interrupted kills every qemu this binary started, by pid, removes their

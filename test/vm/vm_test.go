@@ -1,10 +1,11 @@
 // Package vm boots a real node under qemu: a Debian 12 image with systemd as
-// PID 1, containerd, nri-sysctl.service (as `make install` lays it out) and
+// PID 1, containerd, nri-sysctl.service (installed from its .deb) and
 // kubelet creating static pods. It checks, from inside the pods' containers
 // and from the VM's host namespaces, that the node's first pods get their
 // defaults, that reload, containerd restarts and a killed plugin behave as
 // docs/deploying.md says, the pre-installed set-up, namespace mode on containerd
-// 2.2.9 under the hardened unit, and the unit's systemd-analyze exposure.
+// 2.2.9 under the hardened unit, the unit's systemd-analyze exposure, and the
+// package's upgrade (kept conffile, restart) and removal (kubelet startable).
 // The plugin's own log is never the proof.
 //
 // Skipped unless NRI_SYSCTL_VM=1 (`make vm-test` sets it, after
@@ -515,7 +516,116 @@ func TestVMSpecModeService(t *testing.T) {
 			t.Errorf("exposure %s is above %.1f: the unit lost some of its hardening", m[1], maxExposure)
 		}
 	})
+	// The package's upgrade and removal come last: they change what is
+	// installed.
+	t.Run("package upgrade", func(t *testing.T) {
+		v.t = t
+		checkPackageUpgrade(t, v, cfg)
+	})
+	t.Run("package removal", func(t *testing.T) {
+		v.t = t
+		checkPackageRemoval(t, v)
+	})
 	checkHostUntouched(t, v)
+}
+
+// checkPackageUpgrade: with an edited conffile, `dpkg -i --force-confold`
+// of a newer package (whose shipped config changed too) keeps the edit,
+// puts the package's config beside it as .dpkg-dist, restarts the plugin
+// on the new binary, and kubelet is down no longer than that restart.
+func checkPackageUpgrade(t *testing.T, v *vm, cfg string) {
+	edited := withKeepalive(cfg, "640")
+	since := v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
+	v.writeConfig(edited)
+	v.waitReloadUnit(since)
+	oldVersion := strings.TrimSpace(v.sh("nri-sysctl version"))
+	pid := v.unitProp("nri-sysctl.service", "MainPID")
+	active := v.unitPropInt("nri-sysctl.service", "ActiveEnterTimestampMonotonic")
+	kubeletPID := v.unitProp("kubelet.service", "MainPID")
+	start := time.Now()
+	out := v.sh("DEBIAN_FRONTEND=noninteractive dpkg -i --force-confold /" + upgradeDebInImage + " 2>&1")
+	took := time.Since(start)
+	t.Logf("dpkg -i --force-confold of the newer package (%s):\n%s", took.Round(time.Second), out)
+
+	newVersion := strings.TrimSpace(v.sh("nri-sysctl version"))
+	if want := upgradeVersion(t); !strings.Contains(newVersion, want) {
+		t.Errorf("nri-sysctl version after the upgrade: %q, want %s (before: %q)", newVersion, want, oldVersion)
+	}
+	if got := v.sh("cat /etc/nri-sysctl/config.yaml"); strings.TrimSpace(got) != strings.TrimSpace(edited) {
+		t.Errorf("the upgrade did not keep the edited config; /etc/nri-sysctl/config.yaml is now:\n%s", got)
+	}
+	if mode := v.sh("stat -c '%a %U' /etc/nri-sysctl/config.yaml"); mode != "600 root" {
+		t.Errorf("config after the upgrade: mode and owner %q, want 600 root", mode)
+	}
+	if dist, err := v.run("cat /etc/nri-sysctl/config.yaml.dpkg-dist", time.Minute); err != nil || !strings.Contains(dist, upgradeMarker) {
+		t.Errorf("no config.yaml.dpkg-dist with the newer package's config beside the kept one (%v):\n%s", err, dist)
+	}
+	newPID := v.unitProp("nri-sysctl.service", "MainPID")
+	newActive := v.unitPropInt("nri-sysctl.service", "ActiveEnterTimestampMonotonic")
+	if newPID == pid || newActive == active || v.unitProp("nri-sysctl.service", "ActiveState") != "active" {
+		t.Errorf("nri-sysctl.service not restarted by the upgrade: MainPID %s -> %s, ActiveEnterTimestamp %d -> %d, state %s",
+			pid, newPID, active, newActive, v.unitProp("nri-sysctl.service", "ActiveState"))
+	}
+	// The restart takes kubelet along (it requires the plugin): it must be
+	// active again, started after the new plugin was ready, and down only
+	// while the plugin restarted.
+	// (systemctl restart returns once the plugin is up; kubelet's start,
+	// ordered after it, may still be under way.)
+	v.waitFor("kubelet active again after the upgrade", time.Minute, func() bool {
+		return v.unitProp("kubelet.service", "ActiveState") == "active"
+	})
+	kubeletDown := v.unitPropInt("kubelet.service", "InactiveEnterTimestampMonotonic")
+	kubeletUp := v.unitPropInt("kubelet.service", "ActiveEnterTimestampMonotonic")
+	pluginDown := v.unitPropInt("nri-sysctl.service", "InactiveEnterTimestampMonotonic")
+	t.Logf("upgrade: nri-sysctl MainPID %s -> %s, down %.1fs; kubelet MainPID %s -> %s, down %.1fs",
+		pid, newPID, float64(newActive-pluginDown)/1e6, kubeletPID, v.unitProp("kubelet.service", "MainPID"), float64(kubeletUp-kubeletDown)/1e6)
+	if kubeletUp < newActive {
+		t.Errorf("kubelet active at %d µs, before the new plugin was ready at %d µs", kubeletUp, newActive)
+	}
+	if kubeletDown < pluginDown-int64(30*time.Second/time.Microsecond) || kubeletUp-newActive > int64(30*time.Second/time.Microsecond) {
+		t.Errorf("kubelet down from %d to %d µs, the plugin's restart from %d to %d µs: kubelet was down longer than the restart", kubeletDown, kubeletUp, pluginDown, newActive)
+	}
+	if err := v.waitPods(nodePods, 3*time.Minute); err != nil {
+		t.Errorf("static pods after the upgrade: %v", err)
+	}
+	// The new plugin runs on the kept config.
+	v.eventuallyProbe("after the upgrade, the kept config", map[string]string{"net.ipv4.tcp_keepalive_time": "640", "kernel.msgmax": "16384"})
+}
+
+// checkPackageRemoval: `dpkg -r` stops the plugin, removes kubelet's
+// requirement on it (no dangling kubelet.service.requires link), keeps the
+// conffile, and kubelet restarts and runs pods without the plugin.
+func checkPackageRemoval(t *testing.T, v *vm) {
+	start := time.Now()
+	out := v.sh("DEBIAN_FRONTEND=noninteractive dpkg -r nri-sysctl 2>&1")
+	t.Logf("dpkg -r nri-sysctl (%s):\n%s", time.Since(start).Round(time.Second), out)
+	if state := v.unitProp("nri-sysctl.service", "ActiveState"); state != "inactive" {
+		t.Errorf("nri-sysctl.service is %s after dpkg -r", state)
+	}
+	if pids, _ := v.run("pgrep -x nri-sysctl", time.Minute); strings.TrimSpace(pids) != "" {
+		t.Errorf("an nri-sysctl process is still running after dpkg -r: %s", pids)
+	}
+	if links, _ := v.run("ls -l /etc/systemd/system/kubelet.service.requires/ /etc/systemd/system/multi-user.target.wants/ 2>&1 | grep nri-sysctl", time.Minute); links != "" {
+		t.Errorf("enablement links left after dpkg -r:\n%s", links)
+	}
+	if _, err := v.run("test -f /etc/nri-sysctl/config.yaml", time.Minute); err != nil {
+		t.Errorf("dpkg -r removed the conffile (only a purge should): %v", err)
+	}
+	if out, err := v.run("systemctl restart kubelet.service && systemctl is-active kubelet.service", 3*time.Minute); err != nil {
+		t.Fatalf("kubelet does not restart after dpkg -r nri-sysctl: %v\n%s", err, v.sh("systemctl status --no-pager kubelet.service 2>&1 | tail -n 15; true"))
+	} else {
+		t.Logf("systemctl restart kubelet after dpkg -r: %s; requires: %s", out, v.unitProp("kubelet.service", "Requires"))
+	}
+	// A new pod runs, with the kernel's values: nothing sets defaults now.
+	got, err := v.probePod([]string{"net.ipv4.tcp_keepalive_time"})
+	if err != nil {
+		t.Fatalf("no pod runs after the removal and kubelet's restart: %v", err)
+	}
+	if got["net.ipv4.tcp_keepalive_time"] != kernelDefaults["net.ipv4.tcp_keepalive_time"] {
+		t.Errorf("a pod after the removal has tcp_keepalive_time=%s, want the kernel's %s", got["net.ipv4.tcp_keepalive_time"], kernelDefaults["net.ipv4.tcp_keepalive_time"])
+	} else {
+		t.Logf("after the removal and kubelet's restart, a new pod runs with the kernel's tcp_keepalive_time=%s", got["net.ipv4.tcp_keepalive_time"])
+	}
 }
 
 // maxExposure is the score measured in the VM (systemd 252, docs/testing.md): a
