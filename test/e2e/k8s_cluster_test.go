@@ -382,6 +382,9 @@ func (k *k8sCluster) dumpLogs(t *testing.T) {
 	}
 }
 
+// apiClient trusts the cluster's CA and, given certFile and keyFile,
+// presents that client certificate; without them it is a pod's client,
+// which authenticates by bearer token (apiRequest).
 func apiClient(caFile, certFile, keyFile string) (*http.Client, error) {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
@@ -389,18 +392,20 @@ func apiClient(caFile, certFile, keyFile string) (*http.Client, error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, err
+	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
 	}
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-	}}, nil
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}, nil
 }
 
-// do sends one API request as the admin; body is JSON-encoded unless it
-// is already []byte.
-func (k *k8sCluster) do(method, path, contentType string, body any) ([]byte, int, error) {
+// apiRequest sends one API request; body is JSON-encoded unless it is
+// already []byte, and a non-empty token is sent as a bearer token.
+func apiRequest(client *http.Client, server, token, method, path, contentType string, body any) ([]byte, int, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -415,7 +420,7 @@ func (k *k8sCluster) do(method, path, contentType string, body any) ([]byte, int
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, k.server+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, server+path, r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -424,13 +429,21 @@ func (k *k8sCluster) do(method, path, contentType string, body any) ([]byte, int
 	}
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("Accept", "application/json")
-	resp, err := k.api.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	return data, resp.StatusCode, err
+}
+
+// do sends one API request as the admin.
+func (k *k8sCluster) do(method, path, contentType string, body any) ([]byte, int, error) {
+	return apiRequest(k.api, k.server, "", method, path, contentType, body)
 }
 
 // mustDo is do that fails the test on anything but a 2xx answer, and

@@ -13,12 +13,8 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -45,45 +41,15 @@ type tokenClient struct {
 
 func (k *k8sCluster) tokenClient(t *testing.T, token string) tokenClient {
 	t.Helper()
-	ca, err := os.ReadFile(k.pki.caFile)
+	client, err := apiClient(k.pki.caFile, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	return tokenClient{server: k.server, token: token, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-	}}}
+	return tokenClient{server: k.server, token: token, http: client}
 }
 
 func (c tokenClient) do(method, path, contentType string, body any) ([]byte, int, error) {
-	var r io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return nil, 0, err
-		}
-		r = bytes.NewReader(data)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, c.server+path, r)
-	if err != nil {
-		return nil, 0, err
-	}
-	if contentType == "" {
-		contentType = "application/json"
-	}
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	return data, resp.StatusCode, err
+	return apiRequest(c.http, c.server, c.token, method, path, contentType, body)
 }
 
 // serviceAccountToken makes a token for the plugin's service account

@@ -119,6 +119,17 @@ func (h helmRun) run(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// createTestNamespace makes the namespace the tests' workloads run in, and
+// waits for its default service account, without which pods are refused.
+func (k *k8sCluster) createTestNamespace(t *testing.T) {
+	t.Helper()
+	k.mustDo(t, http.MethodPost, "/api/v1/namespaces", "", map[string]any{"metadata": map[string]string{"name": k8sTestNamespace}}, nil)
+	waitUntil(t, time.Minute, "the default service account", func() (bool, string) {
+		_, code, _ := k.do(http.MethodGet, "/api/v1/namespaces/"+k8sTestNamespace+"/serviceaccounts/default", "", nil)
+		return code == 200, fmt.Sprint(code)
+	})
+}
+
 // k8sPod is what the test reads of a pod.
 type k8sPod struct {
 	Metadata struct{ Name, Namespace, UID string } `json:"metadata"`
@@ -486,11 +497,7 @@ func TestK8sFleet(t *testing.T) {
 	if n := k.node(t); !n.hasTaint(notReadyTaint) {
 		t.Fatalf("node registered without %s: %+v", notReadyTaint, n.Spec.Taints)
 	}
-	k.mustDo(t, http.MethodPost, "/api/v1/namespaces", "", map[string]any{"metadata": map[string]string{"name": k8sTestNamespace}}, nil)
-	waitUntil(t, time.Minute, "the default service account", func() (bool, string) {
-		_, code, _ := k.do(http.MethodGet, "/api/v1/namespaces/"+k8sTestNamespace+"/serviceaccounts/default", "", nil)
-		return code == 200, fmt.Sprint(code)
-	})
+	k.createTestNamespace(t)
 
 	if out, err := c.ctr("images", "import", archive); err != nil {
 		t.Fatalf("ctr images import %s: %v\n%s", archive, err, out)

@@ -351,11 +351,7 @@ func TestK8sTwoNodes(t *testing.T) {
 	}
 	logf("two nodes Ready, both with %s, %s after the test started", notReadyTaint, time.Since(testStart).Round(time.Millisecond))
 
-	k.mustDo(t, http.MethodPost, "/api/v1/namespaces", "", map[string]any{"metadata": map[string]string{"name": k8sTestNamespace}}, nil)
-	waitUntil(t, time.Minute, "the default service account", func() (bool, string) {
-		_, code, _ := k.do(http.MethodGet, "/api/v1/namespaces/"+k8sTestNamespace+"/serviceaccounts/default", "", nil)
-		return code == 200, fmt.Sprint(code)
-	})
+	k.createTestNamespace(t)
 	// Node 2 gets the image later: its plugin cannot start, and so cannot
 	// be ready, until then.
 	if out, err := c.ctr("images", "import", archive); err != nil {
