@@ -294,7 +294,8 @@ func firstLine(s string) string {
 	return s
 }
 
-// stop ends the VM: the guest's journal is logged when the test failed,
+// stop ends the VM: the guest's journal is logged when the test failed
+// (the plugin's own lines apart, since kubelet's crowd them out of the tail),
 // then an immediate poweroff (the disk is a throw-away overlay, and an
 // orderly one waits 90s for each `sleep infinity` container, which ignores
 // SIGTERM as PID 1), then SIGKILL by pid if qemu is still there after 60s.
@@ -311,7 +312,7 @@ func (v *vm) stop() {
 	default:
 	}
 	if v.owner.Failed() {
-		if out, err := v.run("systemctl --no-pager --failed; crictl pods; crictl ps -a; journalctl -b --no-pager -o short-monotonic -u containerd -u nri-sysctl -u kubelet -u vmtest-images -u vmtest-setup | tail -n 150", 2*time.Minute); err == nil || out != "" {
+		if out, err := v.run("systemctl --no-pager --failed; crictl pods; crictl ps -a; journalctl -b --no-pager -o short-monotonic -u containerd -u nri-sysctl -u kubelet -u vmtest-images -u vmtest-setup | tail -n 150; echo '--- the plugin by its journal identifier, also when containerd launched it:'; journalctl -b --no-pager -o short-monotonic -t nri-sysctl | tail -n 40", 2*time.Minute); err == nil || out != "" {
 			v.owner.Logf("[%s] guest state at failure:\n%s", v.name, out)
 		}
 		v.owner.Logf("[%s] console tail:\n%s", v.name, tailFile(v.console, 40))
