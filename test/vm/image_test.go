@@ -517,6 +517,13 @@ imports = ["/etc/containerd/conf.d/*.toml"]
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "/etc/cni/net.d"
+
+[plugins."io.containerd.nri.v1.nri"]
+  # The guest runs under TCG, many times slower than hardware: with four
+  # pods starting at once, one answer once came later than the 2 s
+  # default, and containerd dropped (and killed) the pre-installed plugin.
+  # The drop-ins in conf.d merge over this; none of them sets it.
+  plugin_request_timeout = "10s"
 `, version, cfgVersion, ociimage.PauseImage)
 }
 

@@ -643,6 +643,11 @@ func TestVMPreinstalled(t *testing.T) {
 	if state := v.unitProp("nri-sysctl.service", "ActiveState"); state != "inactive" {
 		t.Errorf("nri-sysctl.service is %s: the pre-installed boot must run without it", state)
 	}
+	// The image's config.toml raises it for TCG (containerdConfig): the
+	// drop-ins merged over it must not have reset it.
+	if out, err := v.run("containerd config dump | grep -E 'plugin_(request|registration)_timeout'", 2*time.Minute); err != nil || !strings.Contains(out, "plugin_request_timeout = '10s'") || !strings.Contains(out, "plugin_registration_timeout = '5s'") {
+		t.Errorf("containerd's merged NRI timeouts are not the image's 10s and the drop-in's 5s (%v):\n%s", err, out)
+	}
 	// The plugin runs as containerd's child, from /opt/nri/plugins.
 	parent := func() (pid, ppid string) {
 		out := v.sh(`for p in /proc/[0-9]*; do [ "$(readlink $p/exe 2>/dev/null)" = /opt/nri/plugins/90-sysctl ] && echo "${p#/proc/} $(awk '{print $4}' $p/stat)"; done; true`)
