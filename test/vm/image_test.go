@@ -495,6 +495,10 @@ func pruneImages(t *testing.T, vmCache, version, current string) {
 	}
 }
 
+// vmPluginRequestTimeout is containerd's plugin_request_timeout in the
+// image (containerdConfig), which TestVMPreinstalled checks.
+const vmPluginRequestTimeout = "10s"
+
 // containerdConfig is the node's /etc/containerd/config.toml: the settings
 // any node needs, with NRI left to the drop-ins in conf.d.
 func containerdConfig(version string, cfgVersion int) string {
@@ -523,8 +527,8 @@ imports = ["/etc/containerd/conf.d/*.toml"]
   # pods starting at once, one answer once came later than the 2 s
   # default, and containerd dropped (and killed) the pre-installed plugin.
   # The drop-ins in conf.d merge over this; none of them sets it.
-  plugin_request_timeout = "10s"
-`, version, cfgVersion, ociimage.PauseImage)
+  plugin_request_timeout = %q
+`, version, cfgVersion, ociimage.PauseImage, vmPluginRequestTimeout)
 }
 
 func writeFile(path, text string, mode os.FileMode) error {

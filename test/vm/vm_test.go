@@ -645,8 +645,8 @@ func TestVMPreinstalled(t *testing.T) {
 	}
 	// The image's config.toml raises it for TCG (containerdConfig): the
 	// drop-ins merged over it must not have reset it.
-	if out, err := v.run("containerd config dump | grep -E 'plugin_(request|registration)_timeout'", 2*time.Minute); err != nil || !strings.Contains(out, "plugin_request_timeout = '10s'") || !strings.Contains(out, "plugin_registration_timeout = '5s'") {
-		t.Errorf("containerd's merged NRI timeouts are not the image's 10s and the drop-in's 5s (%v):\n%s", err, out)
+	if out, err := v.run("containerd config dump | grep -E 'plugin_(request|registration)_timeout'", 2*time.Minute); err != nil || !strings.Contains(out, "plugin_request_timeout = '"+vmPluginRequestTimeout+"'") || !strings.Contains(out, "plugin_registration_timeout = '5s'") {
+		t.Errorf("containerd's merged NRI timeouts are not the image's %s and the drop-in's 5s (%v):\n%s", vmPluginRequestTimeout, err, out)
 	}
 	// The plugin runs as containerd's child, from /opt/nri/plugins.
 	parent := func() (pid, ppid string) {
