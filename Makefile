@@ -143,7 +143,7 @@ $(GOLANGCI_LINT):
 ## alerts and dashboard against plugin/testdata/metrics.txt, and
 ## hack/packages (the packages' contents).
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/chart/ ./test/internal/...
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/testall/ ./test/chart/ ./test/internal/...
 	cd hack/image && $(GO) test -count=1 ./...
 	cd hack/alerts && $(GO) test -count=1 ./...
 	cd hack/packages && $(GO) test -count=1 ./...
@@ -206,8 +206,13 @@ e2e-k8s: image
 	NRI_SYSCTL_E2E_K8S=1 NRI_SYSCTL_E2E_CHART=$(abspath $(CHART_TGZ)) NRI_SYSCTL_CONTAINERD_VERSION=$$1 NRI_SYSCTL_E2E_NODE2_CONTAINERD_VERSION=$$2 \
 		$(GO) test -count=1 -timeout 30m -v -run '^TestK8sTwoNodes$$' ./test/e2e/
 
-## test-all: everything CI runs, from a fresh Debian 12 machine (root).
-test-all: setup test arch-test fuzz-smoke packages-lint e2e e2e-k8s vm-test bench-smoke
+## test-all: everything CI runs, from a fresh Debian 12 machine (root):
+## these targets in this order, with Kubernetes and etcd for e2e-k8s built
+## in the background meanwhile, at nice 19 (test/test-all.sh says why).
+TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint e2e
+TEST_ALL_LAST = e2e-k8s vm-test bench-smoke
+test-all:
+	MAKE="$(MAKE)" test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"
 # setup builds helm first, so the chart and alert checks must not skip here
 # for want of it (they do under a plain go test on a machine without it).
 test-all: export NRI_SYSCTL_REQUIRE_HELM = 1

@@ -2,6 +2,7 @@
 # Prepare this machine for the nri-sysctl end-to-end tests (test/e2e).
 #
 # Usage: test/setup.sh [--k8s] [--kubelet] [--demo] [CONTAINERD_VERSION...]      (default: v2.4.2)
+#        test/setup.sh --k8s-only
 #
 # Installs, only when missing:
 #   - Debian packages: runc, containernetworking-plugins, busybox-static, iproute2,
@@ -20,6 +21,8 @@
 #   - with --kubelet (make vm-test): only that kubelet, the same binary
 #   - with --demo (make demo): nothing the demo does not use, so neither
 #     the user-namespace runc nor helm
+#   - with --k8s-only: what --k8s adds (Kubernetes and etcd) and nothing else,
+#     not even apt packages: test/test-all.sh runs it in the background
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -43,12 +46,14 @@ export DEBIAN_FRONTEND=noninteractive
 WANT_K8S=
 WANT_KUBELET=
 DEMO_ONLY=
+K8S_ONLY=
 VERSIONS=()
 for arg in "$@"; do
 	case $arg in
 	--k8s) WANT_K8S=1 ;;
 	--kubelet) WANT_KUBELET=1 ;;
 	--demo) DEMO_ONLY=1 ;;
+	--k8s-only) K8S_ONLY=1 ;;
 	*) VERSIONS+=("$arg") ;;
 	esac
 done
@@ -303,6 +308,12 @@ setup_k8s() {
 
 total_start=$(date +%s)
 mkdir -p "$CACHE"
+
+if [[ -n $K8S_ONLY ]]; then
+	setup_k8s
+	log "all done in $(($(date +%s) - total_start))s (Kubernetes and etcd only); cache: $CACHE"
+	exit 0
+fi
 
 step "apt packages" install_packages
 
