@@ -2,11 +2,12 @@
 # make test-all: the make targets in FIRST, then those in LAST, in order,
 # with Kubernetes and etcd (what make e2e-k8s needs, test/setup.sh
 # --k8s-only) building in the background from the start at the lowest CPU
-# priority (nice 19). That build is the longest step of a cold run, and the
-# e2e suites in FIRST leave the two cores half idle; at nice 19 it takes
-# what they leave and slows them little. Before LAST it is waited for and
-# its log printed. If it failed, make e2e-k8s's own test/setup.sh --k8s
-# builds again in the foreground and stops there with the error.
+# priority (nice 19). That build is the longest step of a cold run and
+# needs nothing FIRST makes; at nice 19 it takes the cycles the targets in
+# FIRST leave idle (in a measured cold run it was done within set-up).
+# Before LAST it is waited for and its log printed. If it failed, make
+# e2e-k8s's own test/setup.sh --k8s builds again in the foreground, and
+# fails there if the error recurs.
 #
 # Usage: test/test-all.sh "FIRST..." "LAST..."   (MAKE: the make to run;
 # NRI_SYSCTL_TEST_ALL_BUILD: another background command, for its test)
@@ -31,7 +32,7 @@ build_pid=$!
 echo "=== Kubernetes and etcd: building in the background (pid $build_pid, nice 19)"
 
 stop_build() {
-	if kill -0 "$build_pid" 2>/dev/null; then
+	if [[ -n $build_pid ]] && kill -0 "$build_pid" 2>/dev/null; then
 		echo "=== stopping the background Kubernetes build (pid $build_pid)"
 		kill -TERM -- "-$build_pid" 2>/dev/null || true
 		wait "$build_pid" 2>/dev/null || true
@@ -46,6 +47,8 @@ echo "=== waiting for the background Kubernetes build (pid $build_pid)"
 wait_start=$(date +%s)
 build_rc=0
 wait "$build_pid" || build_rc=$?
+# Reaped: its number may now be another process's, so stop_build must not signal it.
+build_pid=
 echo "=== the background Kubernetes build: exit $build_rc, waited $(($(date +%s) - wait_start))s; its log:"
 cat "$build_log"
 if [[ $build_rc -ne 0 ]]; then

@@ -26,7 +26,7 @@ esac
 `
 
 // fakeBuild starts a child, records both PIDs, then does what BUILD_MODE
-// says: "ok" and "fail" finish after a moment, "hang" waits for its child.
+// says: "ok" and "fail" stop the child and exit at once, "hang" waits for it.
 const fakeBuild = `#!/bin/sh
 sleep 300 &
 echo "$$ $!" >"$PIDS"
@@ -81,8 +81,11 @@ func runTestAll(t *testing.T, first, last, buildMode string) run {
 		r.pids = append(r.pids, pid)
 	}
 	t.Cleanup(func() {
+		// Only the ones still running: a reaped number may be reused.
 		for _, pid := range r.pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if alive(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 	})
 	return r
