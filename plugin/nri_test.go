@@ -63,10 +63,10 @@ type syncReport struct {
 }
 
 // startNRIRuntime starts NRI's runtime side reporting containerd at
-// version. reportNRI false drops the NRI version from Configure, as every
-// containerd before 2.3 does (its NRI, v0.11.0 or older, has no such
-// field); true leaves the adaptation's own, v0.12.x.
-func startNRIRuntime(t *testing.T, version string, reportNRI bool) *nriRuntime {
+// version, with extra options. reportNRI false drops the NRI version from
+// Configure, as every containerd before 2.3 does (its NRI, v0.11.0 or
+// older, has no such field); true leaves the adaptation's own, v0.12.x.
+func startNRIRuntime(t *testing.T, version string, reportNRI bool, extra ...adaptation.Option) *nriRuntime {
 	t.Helper()
 	dir := t.TempDir()
 	rt := &nriRuntime{socket: filepath.Join(dir, "nri.sock"), synced: make(chan syncReport, 8)}
@@ -78,6 +78,7 @@ func startNRIRuntime(t *testing.T, version string, reportNRI bool) *nriRuntime {
 	if !reportNRI {
 		opts = append(opts, adaptation.WithTTRPCOptions([]ttrpc.ClientOpts{ttrpc.WithUnaryClientInterceptor(withoutNRIVersion)}, nil))
 	}
+	opts = append(opts, extra...)
 	r, err := adaptation.New("containerd", version, rt.synchronize, rt.update, opts...)
 	if err != nil {
 		t.Fatalf("adaptation.New: %v", err)

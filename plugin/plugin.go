@@ -70,6 +70,12 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 // mode, before any app container exists. In spec mode it starts looking
 // the pod up, while the runtime finishes starting it.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	if !p.requests.enter() {
+		// Leaving: the pod's first container is refused (below), and
+		// whichever plugin creates it writes what the pod lacks.
+		return nil
+	}
+	defer p.requests.done()
 	rec := p.record(pod)
 	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(podInfo(pod)) != "" {
 		return nil
@@ -97,6 +103,11 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 // in namespace mode it writes what the pod's namespaces still lack. In
 // both modes it annotates what the container really got.
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if !p.requests.enter() {
+		p.podLog(pod).WithField("container", ctr.GetName()).Warn("stopping: refusing the container, so that it is retried")
+		return nil, nil, errLeaving
+	}
+	defer p.requests.done()
 	rec := p.record(pod)
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil

@@ -230,7 +230,8 @@ func runPlugin(o options, stderr io.Writer) int {
 	}
 }
 
-// serveOnce registers with NRI and serves until the connection ends.
+// serveOnce registers with NRI and serves until the connection ends, or
+// until ctx ends and the plugin has left (leave).
 func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered bool, err error) {
 	s, err := stub.New(p, opts...)
 	if err != nil {
@@ -240,7 +241,11 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 	// Configure marked the plugin registered (metrics.go); read the meter
 	// when the connection ends: Configure may have just started metrics.
 	defer func() { p.meter.Load().connected(false) }()
-	if err := s.Start(ctx); err != nil {
+	// The stub serves each request within the context it was started
+	// with: ctx would cancel the requests under way at SIGTERM, and they
+	// would answer "nothing" (their lookups cancelled) before the plugin
+	// leaves. They are ended by the connection's close instead.
+	if err := s.Start(context.WithoutCancel(ctx)); err != nil {
 		return false, fmt.Errorf("registering with NRI: %w", err)
 	}
 	p.log.WithField("mode", p.mode()).Info("registered with NRI")
@@ -249,12 +254,24 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 	go func() {
 		select {
 		case <-ctx.Done():
-			s.Stop()
+			p.leave(s)
 		case <-stopped:
 		}
 	}()
 	s.Wait()
 	return true, errors.New("connection to the runtime closed")
+}
+
+// leave closes the NRI connection once no answer can be lost with it
+// (leave.go): new requests are refused from now on, and those under way
+// answer first.
+func (p *plugin) leave(s stub.Stub) {
+	timeout := p.requestTimeout()
+	if !p.requests.leave(timeout) {
+		p.log.WithField("waited", timeout.String()).Warn("stopping: a request is still under way; closing the connection without its answer")
+	}
+	time.Sleep(answerLinger)
+	s.Stop()
 }
 
 // notifyReady tells systemd (Type=notify) that the plugin is registered and

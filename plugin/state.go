@@ -67,6 +67,9 @@ type plugin struct {
 	metricsListener metricsListener
 	// live is what /livez reads (liveness.go).
 	live liveness
+	// requests counts the NRI requests under way, so that the plugin
+	// leaves without losing an answer (leave.go).
+	requests requestGate
 	// lastGoodPath (--last-good-config, lastgood.go) and events
 	// (--kubernetes-events, events.go): both off when zero.
 	lastGoodPath string
@@ -135,14 +138,19 @@ func (p *plugin) podLog(pod *api.PodSandbox) *logrus.Entry {
 	return p.log.WithFields(logrus.Fields{"pod": pod.GetName(), "namespace": pod.GetNamespace()})
 }
 
+// requestTimeout is how long the runtime waits for the plugin's answer.
+func (p *plugin) requestTimeout() time.Duration {
+	if r := p.stub.Load(); r != nil && r.runtime.RequestTimeout() > 0 {
+		return r.runtime.RequestTimeout()
+	}
+	return api.DefaultPluginRequestTimeout
+}
+
 // withinDeadline bounds the work for one request by the runtime's deadline
 // less a margin, so that the answer (and any write) never comes after the
 // runtime gave up on the plugin.
 func (p *plugin) withinDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	timeout := api.DefaultPluginRequestTimeout
-	if r := p.stub.Load(); r != nil && r.runtime.RequestTimeout() > 0 {
-		timeout = r.runtime.RequestTimeout()
-	}
+	timeout := p.requestTimeout()
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(timeout)

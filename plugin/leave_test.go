@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	validator "github.com/containerd/nri/plugins/default-validator/builtin"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+)
+
+func TestRequestGate(t *testing.T) {
+	t.Run("leave with nothing under way returns at once and refuses what comes next", func(t *testing.T) {
+		var g requestGate
+		if !g.leave(time.Hour) {
+			t.Fatal("leave with no request under way = false")
+		}
+		if g.enter() {
+			t.Fatal("enter after leave = true, want the request refused")
+		}
+	})
+	t.Run("leave waits for the requests under way", func(t *testing.T) {
+		var g requestGate
+		if !g.enter() || !g.enter() {
+			t.Fatal("enter on an open gate = false")
+		}
+		left := make(chan bool, 1)
+		go func() { left <- g.leave(time.Hour) }()
+		g.done()
+		select {
+		case <-left:
+			t.Fatal("leave returned with a request still under way")
+		case <-time.After(50 * time.Millisecond):
+		}
+		g.done()
+		select {
+		case ok := <-left:
+			if !ok {
+				t.Fatal("leave = false after every request returned")
+			}
+		case <-time.After(nriWait):
+			t.Fatal("leave did not return after every request returned")
+		}
+	})
+	t.Run("leave gives up after its timeout", func(t *testing.T) {
+		var g requestGate
+		g.enter()
+		if g.leave(10 * time.Millisecond) {
+			t.Fatal("leave = true with a request still under way")
+		}
+		g.done() // a late return must not panic
+	})
+}
+
+// gatedFetcher holds the lookup of one pod until released, so that a
+// request is under way when the test stops the plugin.
+type gatedFetcher struct {
+	nriFetcher
+	podID   string
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (f *gatedFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
+	if podID == f.podID {
+		f.once.Do(func() { close(f.entered) })
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return podsysctl.PodSysctls{}, ctx.Err()
+		}
+	}
+	return f.nriFetcher.Fetch(ctx, podID)
+}
+
+// TestNRILeaveAnswersFirst: the plugin stopped (SIGTERM) while the runtime
+// waits for its CreateContainer answer gives that answer before it closes
+// the connection, and refuses a container asked for meanwhile. NRI takes a
+// closed connection for "no answer", so a plugin that closed at once would
+// let the first container be created without its sysctls, even where the
+// runtime requires the plugin (fail-closed, as here).
+func TestNRILeaveAnswersFirst(t *testing.T) {
+	rt := startNRIRuntime(t, "2.4.2", true, adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true, RequiredPlugins: []string{"sysctl"}}))
+	f := &gatedFetcher{podID: "slow", entered: make(chan struct{}), release: make(chan struct{})}
+	h := newNRIPlugin(t, "", nriDefaults, f, nil)
+	h.serve(t, rt)
+	h.waitReady(t, rt)
+
+	type answer struct {
+		adj *api.ContainerAdjustment
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		adj, err := rt.createContainer(nriPod("slow", "default", "network", "ipc"), nriContainer("slow"), api.ContainerState_CONTAINER_RUNNING)
+		first <- answer{adj, err}
+	}()
+	select {
+	case <-f.entered:
+	case <-time.After(nriWait):
+		t.Fatal("the plugin never looked the pod up")
+	}
+	h.cancel() // what SIGTERM does
+	// A plugin that closes at once is gone by now.
+	select {
+	case <-h.done:
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(f.release)
+	var a answer
+	select {
+	case a = <-first:
+	case <-time.After(nriWait):
+		t.Fatal("CreateContainer under way when the plugin was stopped never returned")
+	}
+	want := map[string]string{"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60", "kernel.msgmax": "16384"}
+	if got := oursOf(a.adj); a.err != nil || !equalMaps(got.sysctls, want) {
+		t.Fatalf("container under way when the plugin was stopped: sysctls %v, error %v; want %v: its answer was lost", got.sysctls, a.err, want)
+	}
+
+	// Asked for while the plugin leaves: refused, never created bare.
+	adj, err := rt.createContainer(nriPod("next", "default", "network", "ipc"), nriContainer("next"), api.ContainerState_CONTAINER_RUNNING)
+	if err == nil {
+		t.Fatalf("container asked for while the plugin was leaving was created, with sysctls %v; want it refused", oursOf(adj).sysctls)
+	}
+	if !strings.Contains(err.Error(), errLeaving.Error()) && !strings.Contains(err.Error(), "required plugin") {
+		t.Errorf("refusal while leaving: %v; want %q", err, errLeaving)
+	}
+
+	select {
+	case <-h.done:
+	case <-time.After(nriWait):
+		t.Fatal("serveOnce did not return after the plugin left")
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
