@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -326,7 +328,12 @@ func readSysctls(t *testing.T, id string, keys ...string) map[string]string {
 // inspectContainer returns `crictl inspect` output as generic JSON.
 func inspectContainer(t *testing.T, id string) map[string]any {
 	t.Helper()
-	out, err := getCluster(t).crictlRaw("inspect", "-o", "json", id)
+	return getCluster(t).inspectContainer(t, id)
+}
+
+func (c *cluster) inspectContainer(t *testing.T, id string) map[string]any {
+	t.Helper()
+	out, err := c.crictlRaw("inspect", "-o", "json", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +362,12 @@ func jsonPath(v any, keys ...string) (any, bool) {
 // (crictl inspect: info.runtimeSpec.annotations).
 func containerAnnotations(t *testing.T, id string) map[string]string {
 	t.Helper()
-	v, ok := jsonPath(inspectContainer(t, id), "info", "runtimeSpec", "annotations")
+	return getCluster(t).containerAnnotations(t, id)
+}
+
+func (c *cluster) containerAnnotations(t *testing.T, id string) map[string]string {
+	t.Helper()
+	v, ok := jsonPath(c.inspectContainer(t, id), "info", "runtimeSpec", "annotations")
 	if !ok {
 		t.Fatalf("crictl inspect %s: no info.runtimeSpec.annotations", id)
 	}
@@ -364,6 +376,38 @@ func containerAnnotations(t *testing.T, id string) map[string]string {
 		out[k] = fmt.Sprint(val)
 	}
 	return out
+}
+
+// whyLacking says what a container that lacks its defaults was told, and
+// what containerd logged of the plugin: the plugin's annotations (none: no
+// answer of the plugin reached containerd) and containerd's lines about
+// plugins it closed or found missing.
+func (c *cluster) whyLacking(t *testing.T, id string) string {
+	t.Helper()
+	var b strings.Builder
+	ann := c.containerAnnotations(t, id)
+	fmt.Fprintf(&b, "  the plugin's annotations on container %s:", id)
+	found := false
+	for _, k := range slices.Sorted(maps.Keys(ann)) {
+		if strings.HasPrefix(k, "nri-sysctl.io/") {
+			fmt.Fprintf(&b, " %s=%q", k, ann[k])
+			found = true
+		}
+	}
+	if !found {
+		b.WriteString(" none: no answer of the plugin reached containerd")
+	}
+	b.WriteString("\n  containerd's log about plugins:")
+	data, err := os.ReadFile(c.logPath)
+	if err != nil {
+		fmt.Fprintf(&b, " (cannot read %s: %v)", c.logPath, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "closing plugin") || strings.Contains(line, "required plugin") || strings.Contains(line, "failed to handle") {
+			b.WriteString("\n    " + line)
+		}
+	}
+	return b.String()
 }
 
 // containerSpecSysctls returns linux.sysctl of the container's OCI spec.
@@ -417,17 +461,21 @@ func containerLogs(t *testing.T, id string) string {
 	return out
 }
 
-// wantSysctls compares values read in a container with the expected ones.
-func wantSysctls(t *testing.T, what string, got, want map[string]string) {
+// wantSysctls compares values read in a container with the expected ones,
+// and tells whether they all matched.
+func wantSysctls(t *testing.T, what string, got, want map[string]string) (ok bool) {
 	t.Helper()
 	keys := make([]string, 0, len(want))
 	for k := range want {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	ok = true
 	for _, k := range keys {
 		if got[k] != want[k] {
 			t.Errorf("%s: %s = %q, want %q", what, k, got[k], want[k])
+			ok = false
 		}
 	}
+	return ok
 }

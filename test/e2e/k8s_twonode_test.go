@@ -614,11 +614,16 @@ func TestK8sTwoNodes(t *testing.T) {
 		refusedFirst := map[string]int{}
 		for _, w := range created {
 			p := k.waitPodRunning(t, k8sTestNamespace, w.name, 3*time.Minute)
-			got, err := byName[w.node].readSysctlsErr(byName[w.node].containerOf(t, k8sTestNamespace, w.name, "app"), keys...)
+			node := byName[w.node]
+			id := node.containerOf(t, k8sTestNamespace, w.name, "app")
+			got, err := node.readSysctlsErr(id, keys...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantSysctls(t, fmt.Sprintf("pod %s on %s, started during the upgrade", w.name, w.node), got, k8sDefaults)
+			what := fmt.Sprintf("pod %s on %s, started during the upgrade", w.name, w.node)
+			if !wantSysctls(t, what, got, k8sDefaults) {
+				t.Logf("%s lacks its defaults. Why, as far as the node can tell:\n%s", what, node.whyLacking(t, id))
+			}
 			if k.podRefusedForRequiredPlugin(t, p.Metadata.Name) {
 				refusedFirst[w.node]++
 			}
