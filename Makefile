@@ -208,11 +208,12 @@ e2e-k8s: image
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root):
 ## these targets in this order, with Kubernetes and etcd for e2e-k8s built
-## in the background meanwhile, at nice 19 (test/test-all.sh says why).
+## in the background meanwhile, at nice 19 (test/test-all.sh says why;
+## exec, so that a SIGTERM to make reaches it).
 TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint e2e
 TEST_ALL_LAST = e2e-k8s vm-test bench-smoke
 test-all:
-	MAKE="$(MAKE)" test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"
+	MAKE="$(MAKE)" exec test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"
 # setup builds helm first, so the chart and alert checks must not skip here
 # for want of it (they do under a plain go test on a machine without it).
 test-all: export NRI_SYSCTL_REQUIRE_HELM = 1

@@ -57,6 +57,10 @@ for arg in "$@"; do
 	*) VERSIONS+=("$arg") ;;
 	esac
 done
+if [[ -n $K8S_ONLY && $# -ne 1 ]]; then
+	echo "usage: $0 --k8s-only (alone: it builds Kubernetes and etcd, nothing else)" >&2
+	exit 2
+fi
 if [[ ${#VERSIONS[@]} -eq 0 ]]; then
 	VERSIONS=(v2.4.2)
 fi

@@ -1,9 +1,11 @@
 // Package testall checks test/test-all.sh, which make test-all runs: the
 // targets in order, the background build waited for before the last ones,
-// and that build stopped, with its children, when a target fails.
+// that build stopped, with its children, when a target fails or a signal
+// comes, and make's -n and -k honoured.
 package testall
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -15,23 +17,38 @@ import (
 	"time"
 )
 
-// fakeMake prints and records each call's targets, and fails on a target
-// named "broken" once the background command has started.
+// scriptTimeout bounds one run of the script: a hang fails the test
+// instead of hanging it.
+const scriptTimeout = time.Minute
+
+// fakeMake prints and records each call's targets and its own PID. A
+// target named "broken" fails once the background command has started;
+// "hang" waits to be killed; e2e-k8s fails unless the background build
+// has finished (BUILT), so a script that does not wait for it fails.
 const fakeMake = `#!/bin/sh
 echo "make $*" | tee -a "$CALLS"
+echo $$ >>"$MAKE_PIDS"
 case " $* " in *" broken "*)
 	while [ ! -s "$PIDS" ]; do sleep 0.05; done
 	exit 1 ;;
 esac
+case " $* " in *" hang "*)
+	exec sleep 300 ;;
+esac
+case " $* " in *" e2e-k8s "*)
+	if [ ! -e "$BUILT" ]; then echo "e2e-k8s ran before the background build finished"; exit 1; fi ;;
+esac
 `
 
 // fakeBuild starts a child, records both PIDs, then does what BUILD_MODE
-// says: "ok" and "fail" stop the child and exit at once, "hang" waits for it.
+// says: "ok" takes a moment, marks the build done (BUILT), stops the
+// child and exits; "fail" stops the child and exits with 3 at once;
+// "hang" waits for the child.
 const fakeBuild = `#!/bin/sh
 sleep 300 &
 echo "$$ $!" >"$PIDS"
 case $BUILD_MODE in
-ok) echo "background build done"; kill $!; exit 0 ;;
+ok) sleep 1; touch "$BUILT"; echo "background build done"; kill $!; exit 0 ;;
 fail) echo "background build broke"; kill $!; exit 3 ;;
 hang) wait ;;
 esac
@@ -40,54 +57,100 @@ esac
 type run struct {
 	output string
 	calls  []string
-	pids   []int
-	err    error
+	// pids: the background build's and its child's; makePIDs: each make call's.
+	pids, makePIDs []int
+	err            error
 }
 
-func runTestAll(t *testing.T, first, last, buildMode string) run {
+// script is one run of test-all.sh with the fake make and build.
+type script struct {
+	cmd *exec.Cmd
+	ctx context.Context
+	out strings.Builder
+	dir string
+}
+
+func newScript(t *testing.T, first, last, buildMode, makeflags string) *script {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	makePath := filepath.Join(dir, "make")
-	buildPath := filepath.Join(dir, "build")
+	s := &script{dir: t.TempDir()}
+	makePath := filepath.Join(s.dir, "make")
+	buildPath := filepath.Join(s.dir, "build")
 	for path, text := range map[string]string{makePath: fakeMake, buildPath: fakeBuild} {
 		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	calls := filepath.Join(dir, "calls")
-	pids := filepath.Join(dir, "pids")
-	cmd := exec.Command(filepath.Join(root, "test", "test-all.sh"), first, last)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "MAKE="+makePath, "NRI_SYSCTL_TEST_ALL_BUILD="+buildPath,
-		"CALLS="+calls, "PIDS="+pids, "BUILD_MODE="+buildMode)
-	out, err := cmd.CombinedOutput()
-	r := run{output: string(out), err: err}
-	if text, readErr := os.ReadFile(calls); readErr == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	t.Cleanup(cancel)
+	s.ctx = ctx
+	s.cmd = exec.CommandContext(ctx, filepath.Join(root, "test", "test-all.sh"), first, last)
+	s.cmd.Dir = root
+	// Its own process group, killed whole on the timeout.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.cmd.Cancel = func() error { return syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL) }
+	s.cmd.WaitDelay = 5 * time.Second
+	s.cmd.Env = append(os.Environ(), "MAKE="+makePath, "NRI_SYSCTL_TEST_ALL_BUILD="+buildPath,
+		"CALLS="+s.path("calls"), "PIDS="+s.path("pids"), "MAKE_PIDS="+s.path("make-pids"), "BUILT="+s.path("built"),
+		"BUILD_MODE="+buildMode, "MAKEFLAGS="+makeflags, "TMPDIR="+s.dir)
+	s.cmd.Stdout = &s.out
+	s.cmd.Stderr = &s.out
+	return s
+}
+
+func (s *script) path(name string) string { return filepath.Join(s.dir, name) }
+
+// result reads what the run left, and stops, at the test's end, whatever
+// of it still runs.
+func (s *script) result(t *testing.T, err error) run {
+	t.Helper()
+	r := run{output: s.out.String(), err: err}
+	if s.ctx.Err() != nil {
+		t.Errorf("test-all.sh did not finish within %s; output:\n%s", scriptTimeout, r.output)
+	}
+	if text, readErr := os.ReadFile(s.path("calls")); readErr == nil {
 		r.calls = strings.Split(strings.TrimSpace(string(text)), "\n")
 	}
-	text, readErr := os.ReadFile(pids)
-	if readErr != nil {
-		t.Fatalf("the background command never ran (%v); output:\n%s", readErr, out)
-	}
-	for _, f := range strings.Fields(string(text)) {
-		pid, convErr := strconv.Atoi(f)
-		if convErr != nil {
-			t.Fatalf("pids file %q: %v", text, convErr)
-		}
-		r.pids = append(r.pids, pid)
-	}
+	r.pids = readPIDs(t, s.path("pids"))
+	r.makePIDs = readPIDs(t, s.path("make-pids"))
 	t.Cleanup(func() {
 		// Only the ones still running: a reaped number may be reused.
-		for _, pid := range r.pids {
+		for _, pid := range append(r.pids, r.makePIDs...) {
 			if alive(pid) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 	})
+	return r
+}
+
+func readPIDs(t *testing.T, path string) []int {
+	t.Helper()
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(text)) {
+		pid, convErr := strconv.Atoi(f)
+		if convErr != nil {
+			t.Fatalf("%s: %q: %v", path, text, convErr)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func runTestAll(t *testing.T, first, last, buildMode, makeflags string) run {
+	t.Helper()
+	s := newScript(t, first, last, buildMode, makeflags)
+	r := s.result(t, s.cmd.Run())
+	if len(r.pids) == 0 && !strings.Contains(makeflags, "n") {
+		t.Fatalf("the background command never ran; output:\n%s", r.output)
+	}
 	return r
 }
 
@@ -101,8 +164,23 @@ func alive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
+// wantGone fails for each pid still running a moment after the script
+// returned (a killed process is reaped by its parent shortly after).
+func wantGone(t *testing.T, what string, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("%s: pid %d still runs after test-all.sh returned", what, pid)
+		}
+	}
+}
+
 func TestTargetsInOrderWithTheBuildLogBetween(t *testing.T) {
-	r := runTestAll(t, "setup e2e", "e2e-k8s vm-test", "ok")
+	r := runTestAll(t, "setup e2e", "e2e-k8s vm-test", "ok", "")
 	if r.err != nil {
 		t.Fatalf("test-all.sh: %v; output:\n%s", r.err, r.output)
 	}
@@ -122,12 +200,12 @@ func TestTargetsInOrderWithTheBuildLogBetween(t *testing.T) {
 }
 
 func TestAFailedBuildLeavesTheLastTargetsToBuildAgain(t *testing.T) {
-	r := runTestAll(t, "setup", "e2e-k8s", "fail")
+	r := runTestAll(t, "setup", "vm-test", "fail", "")
 	if r.err != nil {
 		t.Fatalf("test-all.sh: %v; output:\n%s", r.err, r.output)
 	}
-	if len(r.calls) != 2 || r.calls[1] != "make --no-print-directory e2e-k8s" {
-		t.Errorf("make calls = %q, want setup then e2e-k8s", r.calls)
+	if len(r.calls) != 2 || r.calls[1] != "make --no-print-directory vm-test" {
+		t.Errorf("make calls = %q, want setup then vm-test", r.calls)
 	}
 	for _, want := range []string{"exit 3", "background build broke", "make e2e-k8s builds in the foreground"} {
 		if !strings.Contains(r.output, want) {
@@ -137,7 +215,7 @@ func TestAFailedBuildLeavesTheLastTargetsToBuildAgain(t *testing.T) {
 }
 
 func TestAFailedTargetStopsTheBuildAndItsChildren(t *testing.T) {
-	r := runTestAll(t, "setup broken", "e2e-k8s", "hang")
+	r := runTestAll(t, "setup broken", "e2e-k8s", "hang", "")
 	var exitErr *exec.ExitError
 	if !errors.As(r.err, &exitErr) {
 		t.Fatalf("test-all.sh: err = %v, want a non-zero exit; output:\n%s", r.err, r.output)
@@ -148,14 +226,60 @@ func TestAFailedTargetStopsTheBuildAndItsChildren(t *testing.T) {
 	if len(r.pids) != 2 {
 		t.Fatalf("pids = %v, want the build's and its child's", r.pids)
 	}
-	// The script has returned; give the killed child a moment to be reaped.
-	deadline := time.Now().Add(5 * time.Second)
-	for _, pid := range r.pids {
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
+	wantGone(t, "the background build", r.pids)
+}
+
+// make -k test-all: a failure in the first targets does not stop the
+// last ones, and the script still fails.
+func TestKeepGoingRunsTheLastTargetsAfterAFailure(t *testing.T) {
+	r := runTestAll(t, "setup broken", "e2e-k8s", "ok", "k")
+	var exitErr *exec.ExitError
+	if !errors.As(r.err, &exitErr) {
+		t.Fatalf("test-all.sh under make -k: err = %v, want a non-zero exit; output:\n%s", r.err, r.output)
+	}
+	want := []string{"make --no-print-directory setup broken", "make --no-print-directory e2e-k8s"}
+	if strings.Join(r.calls, "|") != strings.Join(want, "|") {
+		t.Errorf("make calls under -k = %q, want %q", r.calls, want)
+	}
+}
+
+// make -n test-all prints what would run: nothing starts in the background.
+func TestDryRunBuildsNothingInTheBackground(t *testing.T) {
+	r := runTestAll(t, "setup e2e", "e2e-k8s", "hang", "n")
+	if len(r.pids) != 0 {
+		t.Errorf("make -n started the background build (pids %v)", r.pids)
+	}
+	want := []string{"make --no-print-directory setup e2e", "make --no-print-directory e2e-k8s"}
+	if strings.Join(r.calls, "|") != strings.Join(want, "|") {
+		t.Errorf("make calls under -n = %q, want %q", r.calls, want)
+	}
+}
+
+// SIGTERM to the script (what make passes on, the recipe being exec'd)
+// stops the make under way and the background build with its child.
+func TestASignalStopsMakeAndTheBuild(t *testing.T) {
+	s := newScript(t, "setup hang", "e2e-k8s", "hang", "")
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(scriptTimeout)
+	for len(readPIDs(t, s.path("pids"))) < 2 || len(readPIDs(t, s.path("make-pids"))) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the build and the first make never both started; output:\n%s", s.out.String())
 		}
-		if alive(pid) {
-			t.Errorf("pid %d still runs after test-all.sh failed", pid)
-		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := s.result(t, s.cmd.Wait())
+	var exitErr *exec.ExitError
+	if !errors.As(r.err, &exitErr) || exitErr.ExitCode() != 143 {
+		t.Errorf("test-all.sh after SIGTERM: %v, want exit 143; output:\n%s", r.err, r.output)
+	}
+	wantGone(t, "the make under way", r.makePIDs)
+	wantGone(t, "the background build", r.pids)
+	if len(r.calls) != 1 {
+		t.Errorf("make calls = %q, want only the first", r.calls)
 	}
 }
