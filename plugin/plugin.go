@@ -71,8 +71,8 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 // the pod up, while the runtime finishes starting it.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if !p.requests.enter() {
-		// Leaving: the pod's first container is refused (below), and
-		// whichever plugin creates it writes what the pod lacks.
+		// Leaving: whichever plugin answers the pod's first container
+		// (this one refuses it) gives the pod what it lacks then.
 		return nil
 	}
 	defer p.requests.done()
