@@ -385,7 +385,7 @@ func (k *k8sCluster) measureRollingUpdate(t *testing.T, h helmRun, chart, values
 			logf("pod %s did not start within 2 minutes", name)
 			continue
 		}
-		refused := k.podRefusedForRequiredPlugin(t, name)
+		refused := k.podRefusals(t, name)[refusedNoPlugin]
 		vals, err := k.c.readSysctlsErr(k.c.containerOf(t, k8sTestNamespace, name, "app"), keys...)
 		switch {
 		case err != nil:
@@ -416,20 +416,30 @@ func rollPod(name string) map[string]any {
 		}}
 }
 
-// podRefusedForRequiredPlugin: the kubelet reported that containerd
-// refused to create one of the pod's containers because a required NRI
-// plugin was absent.
-func (k *k8sCluster) podRefusedForRequiredPlugin(t *testing.T, name string) bool {
+// Why containerd refused to create one of a pod's containers, as the
+// kubelet reported it in the pod's Events.
+const (
+	// refusedNoPlugin: a required NRI plugin was absent (fail-closed).
+	refusedNoPlugin = "required plugin"
+	// refusedLeaving: nri-sysctl refused it while it was stopping.
+	refusedLeaving = "nri-sysctl is stopping"
+)
+
+// podRefusals tells which of the refusals above the pod's Events name.
+func (k *k8sCluster) podRefusals(t *testing.T, name string) map[string]bool {
 	t.Helper()
 	q := url.Values{"fieldSelector": {"involvedObject.name=" + name}}
 	var events struct{ Items []k8sEvent }
 	k.mustDo(t, http.MethodGet, "/api/v1/namespaces/"+k8sTestNamespace+"/events?"+q.Encode(), "", nil, &events)
+	found := map[string]bool{}
 	for _, e := range events.Items {
-		if strings.Contains(e.Message, "required plugin") {
-			return true
+		for _, why := range []string{refusedNoPlugin, refusedLeaving} {
+			if strings.Contains(e.Message, why) {
+				found[why] = true
+			}
 		}
 	}
-	return false
+	return found
 }
 
 // podReadyWithin waits for the pod's Ready condition; false if it does not

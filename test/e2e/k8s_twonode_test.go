@@ -611,7 +611,7 @@ func TestK8sTwoNodes(t *testing.T) {
 			t.Fatalf("only %d pods created during the upgrade", len(created))
 		}
 		byName := map[string]*cluster{k8sNodeName: c, node2Name: n2.c}
-		refusedFirst := map[string]int{}
+		refusedFirst, refusedByLeaving := map[string]int{}, map[string]int{}
 		for _, w := range created {
 			p := k.waitPodRunning(t, k8sTestNamespace, w.name, 3*time.Minute)
 			node := byName[w.node]
@@ -624,12 +624,16 @@ func TestK8sTwoNodes(t *testing.T) {
 			if !wantSysctls(t, what, got, k8sDefaults) {
 				t.Logf("%s lacks its defaults. Why, as far as the node can tell:\n%s", what, node.whyLacking(t, id))
 			}
-			if k.podRefusedForRequiredPlugin(t, p.Metadata.Name) {
+			refusals := k.podRefusals(t, p.Metadata.Name)
+			if refusals[refusedNoPlugin] {
 				refusedFirst[w.node]++
+			}
+			if refusals[refusedLeaving] {
+				refusedByLeaving[w.node]++
 			}
 			k.deletePod(t, k8sTestNamespace, w.name)
 		}
-		logf("upgrade: %d pods started during it, every one with the defaults; refused by containerd first (no plugin registered), then started: %v", len(created), refusedFirst)
+		logf("upgrade: %d pods started during it, every one with the defaults; refused by containerd first (no plugin registered), then started: %v; refused by the plugin as it stopped, then started: %v", len(created), refusedFirst, refusedByLeaving)
 		// Each node was without its plugin for a while, and containerd
 		// refused the pods created then: otherwise the window was missed.
 		for _, n := range nodes {
