@@ -2,7 +2,9 @@ package e2e
 
 // Faults: the plugin dies in the middle of pod creation, and the plugin
 // cannot reach containerd to read a pod's own sysctls. In both, pods must
-// start (fail-open) and no pod may get a wrong value. Values are read inside
+// start (fail-open) and no pod may get a wrong value. And the plugin
+// stopped in the middle of a request on a fail-closed containerd: no
+// container may start without the defaults. Values are read inside
 // containers; the plugin's log is read only to check the plugin's own
 // reports (the Synchronize count, the once-per-pod warning), never as
 // evidence of what a pod got.
@@ -11,6 +13,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 const (
@@ -328,4 +333,116 @@ func TestContainerdLookupUnreachable(t *testing.T) {
 			t.Logf("pod %s: the one warning: %s", pod.Spec.Name, strings.TrimSpace(lines[0]))
 		}
 	}
+}
+
+// TestPluginStoppedMidRequestFailClosed: on a containerd that requires the
+// plugin (fail-closed), the plugin gets SIGTERM while containerd waits for
+// its answer to a CreateContainer. The plugin is held with SIGSTOP until
+// the request sits in its socket's receive queue, then given SIGTERM and
+// SIGCONT, so the signal and the request meet. The container is then
+// refused (the plugin leaving, or no plugin) or created with the defaults,
+// read inside it; never created at kernel values. NRI takes a connection
+// closed during a request as "no answer" and creates that container bare,
+// so a plugin that cancels its requests or closes at once lets it through
+// (plugin/leave.go). The pod's sandbox is started before the plugin, so
+// the request needs a pod lookup of its own, as one does after a restart.
+func TestPluginStoppedMidRequestFailClosed(t *testing.T) {
+	c := getCluster(t)
+	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 2) {
+		t.Skipf("containerd %s has no NRI default validator (required_plugins needs containerd >= 2.2): fail-closed cannot be configured there", c.version)
+	}
+	checkMeaningful(t, nodeDefaults)
+	keys := sortedKeys(nodeDefaults)
+	// Time for the test to see the request queued: containerd's 2 s would
+	// drop the stopped plugin first (no answer either).
+	timeout := filepath.Join(t.TempDir(), "nri-timeout.toml")
+	version := 3
+	if strings.Contains(containerdConfig(c), "\nversion = 4\n") {
+		version = 4
+	}
+	if err := os.WriteFile(timeout, []byte(fmt.Sprintf("version = %d\n\n[plugins.\"io.containerd.nri.v1.nri\"]\n  plugin_request_timeout = \"30s\"\n", version)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.imports = []string{failClosedDropIn(c), timeout}
+	restartContainerdFor(t, "", func() { c.imports = nil })
+
+	pod, err := c.runPodErr(PodSpec{Name: dnsLabel(t.Name()), Namespace: "e2e-stopped"})
+	if err != nil {
+		t.Fatalf("pod sandbox with no plugin registered: %v", err)
+	}
+	t.Cleanup(func() { c.removePod(pod.ID) })
+	p := startPlugin(t, defaultsYAML(nodeDefaults))
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+
+	type created struct {
+		id  string
+		err error
+	}
+	result := make(chan created, 1)
+	go func() {
+		id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
+		result <- created{id, err}
+	}()
+	waitUntil(t, 20*time.Second, "containerd's request queued on the stopped plugin's socket", func() (bool, string) {
+		q, err := receiveQueued(pid)
+		return err == nil && q > 0, fmt.Sprintf("%d bytes queued (%v)", q, err)
+	})
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var r created
+	select {
+	case r = <-result:
+	case <-time.After(time.Minute):
+		t.Fatal("CreateContainer did not return")
+	}
+	p.stop()
+	switch {
+	case r.err == nil:
+		if _, err := c.crictlRaw("start", r.id); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.readSysctlsErr(r.id, keys...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !wantSysctls(t, "container created while the plugin got SIGTERM", got, nodeDefaults) {
+			t.Logf("why, as far as the node can tell:\n%s", c.whyLacking(t, r.id))
+		} else {
+			t.Log("the plugin answered before it left: the container has the defaults")
+		}
+	case strings.Contains(r.err.Error(), refusedLeaving), strings.Contains(r.err.Error(), refusedNoPlugin):
+		t.Logf("the container was refused: %s", criErrorLine(r.err))
+	default:
+		t.Errorf("CreateContainer failed otherwise than by a refusal: %v", criErrorLine(r.err))
+	}
+}
+
+// receiveQueued sums the bytes waiting in the receive queues of pid's unix
+// sockets (ss -x -p): what the runtime sent that pid has not read.
+func receiveQueued(pid int) (int, error) {
+	out, err := exec.Command("ss", "-x", "-p", "-n").Output()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.Contains(line, "pid="+strconv.Itoa(pid)+",") {
+			continue
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			return 0, fmt.Errorf("ss: Recv-Q %q in %q", f[2], line)
+		}
+		total += n
+	}
+	return total, nil
 }
