@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nri-sysctl/nri-sysctl/test/internal/containerdversion"
 )
 
 const (
@@ -348,19 +346,13 @@ func TestContainerdLookupUnreachable(t *testing.T) {
 // the request needs a pod lookup of its own, as one does after a restart.
 func TestPluginStoppedMidRequestFailClosed(t *testing.T) {
 	c := getCluster(t)
-	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 2) {
-		t.Skipf("containerd %s has no NRI default validator (required_plugins needs containerd >= 2.2): fail-closed cannot be configured there", c.version)
-	}
+	skipWithoutDefaultValidator(t, c)
 	checkMeaningful(t, nodeDefaults)
 	keys := sortedKeys(nodeDefaults)
 	// Time for the test to see the request queued: containerd's 2 s would
 	// drop the stopped plugin first (no answer either).
 	timeout := filepath.Join(t.TempDir(), "nri-timeout.toml")
-	version := 3
-	if strings.Contains(containerdConfig(c), "\nversion = 4\n") {
-		version = 4
-	}
-	if err := os.WriteFile(timeout, []byte(fmt.Sprintf("version = %d\n\n[plugins.\"io.containerd.nri.v1.nri\"]\n  plugin_request_timeout = \"30s\"\n", version)), 0o644); err != nil {
+	if err := os.WriteFile(timeout, []byte(fmt.Sprintf("version = %d\n\n[plugins.\"io.containerd.nri.v1.nri\"]\n  plugin_request_timeout = \"30s\"\n", configVersion(c))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c.imports = []string{failClosedDropIn(c), timeout}

@@ -281,11 +281,20 @@ func equalJSON(a, b any) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
+// configVersion is the version of the config the harness gives c's
+// containerd 2.x (3, or 4 from 2.3): a drop-in must carry the same.
+func configVersion(c *cluster) int {
+	if strings.Contains(containerdConfig(c), "\nversion = 4\n") {
+		return 4
+	}
+	return 3
+}
+
 // failClosedDropIn is the shipped drop-in for this containerd's config
 // version.
 func failClosedDropIn(c *cluster) string {
 	name := "30-nri-sysctl-required.toml"
-	if strings.Contains(containerdConfig(c), "\nversion = 4\n") {
+	if configVersion(c) == 4 {
 		name = "30-nri-sysctl-required-v4.toml"
 	}
 	return filepath.Join(c.repoRoot, "config", "containerd", name)

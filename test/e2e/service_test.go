@@ -469,9 +469,7 @@ func TestServiceSdNotify(t *testing.T) {
 // containers cannot be created while it is not registered.
 func TestServiceFailClosed(t *testing.T) {
 	c := getCluster(t)
-	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 2) {
-		t.Skipf("containerd %s has no NRI default validator (required_plugins needs containerd >= 2.2, NRI >= 0.10): fail-closed cannot be configured there", c.version)
-	}
+	skipWithoutDefaultValidator(t, c)
 	checkMeaningful(t, serviceValuesA)
 	keys := sortedKeys(serviceValuesA)
 	restartContainerdFor(t, `[plugins."io.containerd.nri.v1.nri".default_validator]
@@ -510,6 +508,15 @@ func TestServiceFailClosed(t *testing.T) {
 
 	p.stop()
 	expectCreateFails("after the plugin stopped")
+}
+
+// skipWithoutDefaultValidator skips a fail-closed test where containerd
+// cannot require a plugin.
+func skipWithoutDefaultValidator(t *testing.T, c *cluster) {
+	t.Helper()
+	if major, minor := containerdversion.Parse(c.version); major < 2 || (major == 2 && minor < 2) {
+		t.Skipf("containerd %s has no NRI default validator (required_plugins needs containerd >= 2.2, NRI >= 0.10): fail-closed cannot be configured there", c.version)
+	}
 }
 
 // criErrorLine picks the runtime's error out of crictl's (which includes
