@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -121,7 +122,7 @@ func TestNRILeaveAnswersFirst(t *testing.T) {
 		t.Fatal("CreateContainer under way when the plugin was stopped never returned")
 	}
 	want := map[string]string{"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60", "kernel.msgmax": "16384"}
-	if got := oursOf(a.adj); a.err != nil || !equalMaps(got.sysctls, want) {
+	if got := oursOf(a.adj); a.err != nil || !maps.Equal(got.sysctls, want) {
 		t.Fatalf("container under way when the plugin was stopped: sysctls %v, error %v; want %v: its answer was lost", got.sysctls, a.err, want)
 	}
 
@@ -139,16 +140,4 @@ func TestNRILeaveAnswersFirst(t *testing.T) {
 	case <-time.After(nriWait):
 		t.Fatal("serveOnce did not return after the plugin left")
 	}
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
 }

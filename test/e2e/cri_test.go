@@ -403,7 +403,7 @@ func (c *cluster) whyLacking(t *testing.T, id string) string {
 		fmt.Fprintf(&b, " (cannot read %s: %v)", c.logPath, err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "closing plugin") || strings.Contains(line, "required plugin") || strings.Contains(line, "failed to handle") {
+		if strings.Contains(line, "closing plugin") || strings.Contains(line, refusedNoPlugin) || strings.Contains(line, "failed to handle") {
 			b.WriteString("\n    " + line)
 		}
 	}
