@@ -151,6 +151,8 @@ func explainProfiles(d policy.Decision, pod policy.Pod) string {
 		return "profiles: none asked for (" + config.ProfilesAnnotation + ")"
 	case d.Excluded != "":
 		return "profiles: not applied (the pod is excluded)"
+	case d.ProfilesRefused != "":
+		return "profiles: refused (" + d.ProfilesRefused + "); the pod gets the defaults and rules without profiles"
 	case len(d.Profiles) == 0:
 		return "profiles: none asked for (" + config.ProfilesAnnotation + " names none)"
 	}

@@ -174,11 +174,14 @@ func (m *metrics) decided(podID string, o outcome, applied []sysctl.Sysctl, skip
 }
 
 // profilesDecided counts one pod's profiles, each once.
-func (m *metrics) profilesDecided(results []policy.ProfileResult) {
+func (m *metrics) profilesDecided(d policy.Decision) {
 	if m == nil {
 		return
 	}
-	for _, r := range results {
+	if d.ProfilesRefused != "" {
+		m.profiles[policy.ProfileRefused].Inc()
+	}
+	for _, r := range d.Profiles {
 		if c := m.profiles[r.Result]; c != nil {
 			c.Inc()
 		}

@@ -348,7 +348,7 @@ func TestMetricsNames(t *testing.T) {
 	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_profiles_total"); n != len(policy.ProfileOutcomes) {
 		t.Errorf("nri_sysctl_profiles_total has %d series, want one per result (%d)", n, len(policy.ProfileOutcomes))
 	}
-	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_sysctls_skipped_total"); n != int(policy.NumSkipCodes)-2 {
+	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_sysctls_skipped_total"); n != int(policy.NumSkipCodes)-3 {
 		t.Errorf("nri_sysctl_sysctls_skipped_total has %d series, want one per sysctl skip code, none for profiles", n)
 	}
 	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_containers_total"); n != numOutcomes {
@@ -373,7 +373,7 @@ func TestContainerOutcomeCountsOnlyItsOwnLabel(t *testing.T) {
 
 // The skip metric's labels are the codes' table, in the order of the codes.
 func TestSkipCodeLabels(t *testing.T) {
-	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed", "profile_unknown", "profile_not_allowed"}
+	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed", "profile_unknown", "profile_not_allowed", "profiles_refused"}
 	var got []string
 	for c := range policy.SkipCode(policy.NumSkipCodes) {
 		got = append(got, c.Label())

@@ -127,3 +127,19 @@ func namespaceTarget(pod *api.PodSandbox) podns.Target {
 	}
 	return t
 }
+
+// writePodSandbox decides for a namespace-mode pod at RunPodSandbox and
+// writes it into the pod's namespaces.
+func (p *plugin) writePodSandbox(ctx context.Context, rec *podRecord, pod *api.PodSandbox) error {
+	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
+	if !ok {
+		return nil
+	}
+	if err := p.writeIntoPod(ctx, rec, pod, d, own, "RunPodSandbox"); err != nil {
+		// The pod gets no container: count it as one whose write
+		// failed, as CreateContainer counts its own.
+		p.meter.Load().containerOutcome(outcomeWriteFailed)
+		return err
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -29,6 +30,7 @@ const (
 	outcomeExcluded
 	outcomeLookupFailed
 	outcomeWriteFailed
+	outcomeTimedOut
 
 	numOutcomes = iota
 )
@@ -44,6 +46,7 @@ var outcomes = [numOutcomes]struct {
 	outcomeExcluded:       {name: "excluded"},
 	outcomeLookupFailed:   {name: "lookup_failed", lacking: "the plugin could not read the pod's own sysctls and set nothing"},
 	outcomeWriteFailed:    {name: "write_failed", lacking: "some sysctls could not be written into the pod's namespaces"},
+	outcomeTimedOut:       {name: "timed_out", lacking: "the plugin could not decide within the runtime's deadline and set nothing"},
 }
 
 func (o outcome) String() string { return outcomes[o].name }
@@ -107,7 +110,7 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 	// Only a container that was decided for counts its keys: an excluded
 	// one, or one whose pod could not be looked up, was given none.
 	switch d.outcome {
-	case outcomeExcluded, outcomeLookupFailed:
+	case outcomeExcluded, outcomeLookupFailed, outcomeTimedOut:
 		m.containerOutcome(d.outcome)
 	default:
 		m.decided(pod.GetId(), d.outcome, d.applied, d.skipped)
@@ -119,8 +122,8 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 	switch d.outcome {
 	case outcomeExcluded:
 		log.WithFields(logrus.Fields{"outcome": d.outcome.String(), "reason": d.excludedBy}).Debug("decision")
-	case outcomeLookupFailed:
-		// ownSysctls logged why.
+	case outcomeLookupFailed, outcomeTimedOut:
+		// ownSysctls or decideInTime logged why.
 	default:
 		log.WithFields(logrus.Fields{"applied": formatApplied(d.applied), "skipped": skipped, "outcome": d.outcome.String()}).Debug("decision")
 		logSkippedKeys(log, d.skipped)
@@ -137,12 +140,20 @@ func logSkippedKeys(log *logrus.Entry, skipped []policy.Skipped) {
 	}
 }
 
+// maxAnnotationBytes bounds each annotation the plugin sets, whatever a
+// pod or a config puts in it; a cut one ends in cutMarker.
+const maxAnnotationBytes = 4096
+
+// cutMarker ends an annotation cut at maxAnnotationBytes, with the count of
+// entries left out.
+const cutMarker = " ... (%d more, cut at %d bytes)"
+
 func formatApplied(list []sysctl.Sysctl) string {
 	parts := make([]string, len(list))
 	for i, s := range list {
 		parts[i] = s.Key() + "=" + s.Value()
 	}
-	return strings.Join(parts, ",")
+	return joinBounded(parts, ",", maxAnnotationBytes)
 }
 
 func formatSkipped(list []policy.Skipped) string {
@@ -150,7 +161,37 @@ func formatSkipped(list []policy.Skipped) string {
 	for i, s := range list {
 		parts[i] = s.Key + " (" + s.Reason + ")"
 	}
-	return strings.Join(parts, "; ")
+	return joinBounded(parts, "; ", maxAnnotationBytes)
+}
+
+// joinBounded joins the parts, or when they do not fit in most bytes as
+// many whole parts as fit beside the cut marker, which says how many it
+// left out. most must leave room for the marker (maxAnnotationBytes does).
+func joinBounded(parts []string, sep string, most int) string {
+	total := max(0, len(parts)-1) * len(sep)
+	for _, part := range parts {
+		total += len(part)
+	}
+	if total <= most {
+		return strings.Join(parts, sep)
+	}
+	room := most - len(fmt.Sprintf(cutMarker, len(parts), most))
+	var b strings.Builder
+	for i, part := range parts {
+		need := len(part)
+		if i > 0 {
+			need += len(sep)
+		}
+		if b.Len()+need > room {
+			fmt.Fprintf(&b, cutMarker, len(parts)-i, most)
+			return b.String()
+		}
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(part)
+	}
+	return b.String()
 }
 
 // lackingDefaults lists running containers the plugin never decided for

@@ -84,19 +84,13 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		go p.prefetch(rec, pod)
 		return nil
 	}
-	ctx, cancel := p.withinDeadline(ctx)
-	defer cancel()
-	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
-	if !ok {
+	return answerInTime(p, ctx, func(ctx context.Context) error {
+		return p.writePodSandbox(ctx, rec, pod)
+	}, func() error {
+		// Its first container heals what the pod still lacks.
+		p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("could not write into the pod's namespaces within the runtime's request deadline: its first container gets them")
 		return nil
-	}
-	if err := p.writeIntoPod(ctx, rec, pod, d, own, "RunPodSandbox"); err != nil {
-		// The pod gets no container: count it as one whose write
-		// failed, as CreateContainer counts its own.
-		p.meter.Load().containerOutcome(outcomeWriteFailed)
-		return err
-	}
-	return nil
+	})
 }
 
 // CreateContainer sets the sysctls on the container's spec in spec mode;
@@ -112,17 +106,9 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
 	}
-	var d containerResult
-	switch why := rec.cfg.policy.Excluded(podInfo(pod)); {
-	case why != "":
-		// Only the outcome: a restarted plugin, or audit, can then tell
-		// an excluded container from one created while it was away.
-		d = containerResult{outcome: outcomeExcluded, excludedBy: why}
-	case rec.cfg.mode == runtimemode.Namespace:
-		d = p.decideInNamespaceMode(ctx, rec, pod)
-	default:
-		d = p.decideInSpecMode(ctx, rec, pod, ctr)
-	}
+	d := p.decideInTime(ctx, rec, pod, func(ctx context.Context) containerResult {
+		return p.decideContainer(ctx, rec, pod, ctr)
+	})
 	return p.finish(pod, ctr, d)
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
@@ -51,7 +52,7 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	}
 	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: writerFor(rec.cfg.mode)}
 	d := rec.cfg.policy.Decide(in)
-	if len(d.Profiles) > 0 && rec.firstProfileReport() {
+	if (len(d.Profiles) > 0 || d.ProfilesRefused != "") && rec.firstProfileReport() {
 		p.reportProfiles(pod, d)
 	}
 	return d, own, true
@@ -60,8 +61,11 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 // reportProfiles counts and logs what became of the profiles a pod asked
 // for, once per pod: every container of a pod gets the same decision.
 func (p *plugin) reportProfiles(pod *api.PodSandbox, d policy.Decision) {
-	p.meter.Load().profilesDecided(d.Profiles)
+	p.meter.Load().profilesDecided(d)
 	log := p.podLog(pod)
+	if d.ProfilesRefused != "" {
+		log.WithFields(logrus.Fields{"result": string(policy.ProfileRefused), "reason": d.ProfilesRefused}).Warn("profiles annotation refused; the pod gets the defaults and rules without profiles")
+	}
 	for _, r := range d.Profiles {
 		if r.Result == policy.ProfileApplied {
 			log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result)}).Debug("profile applied")
@@ -120,4 +124,17 @@ func podInfo(pod *api.PodSandbox) policy.Pod {
 		}
 	}
 	return info
+}
+
+// decideContainer decides for one container in the pod's mode.
+func (p *plugin) decideContainer(ctx context.Context, rec *podRecord, pod *api.PodSandbox, ctr *api.Container) containerResult {
+	if why := rec.cfg.policy.Excluded(podInfo(pod)); why != "" {
+		// Only the outcome: a restarted plugin, or audit, can then tell
+		// an excluded container from one created while it was away.
+		return containerResult{outcome: outcomeExcluded, excludedBy: why}
+	}
+	if rec.cfg.mode == runtimemode.Namespace {
+		return p.decideInNamespaceMode(ctx, rec, pod)
+	}
+	return p.decideInSpecMode(ctx, rec, pod, ctr)
 }

@@ -150,11 +150,23 @@ func (p *plugin) requestTimeout() time.Duration {
 // less a margin, so that the answer (and any write) never comes after the
 // runtime gave up on the plugin.
 func (p *plugin) withinDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	timeout := p.requestTimeout()
+	if ctx.Value(withinDeadlineKey{}) != nil {
+		// Already bounded by an outer call: the margin is kept once.
+		return context.WithCancel(ctx)
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(timeout)
+		deadline = time.Now().Add(p.requestTimeout())
 	}
-	margin := min(max(timeout/10, 50*time.Millisecond), 500*time.Millisecond)
-	return context.WithDeadline(ctx, deadline.Add(-margin))
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(-p.deadlineMargin()))
+	return context.WithValue(ctx, withinDeadlineKey{}, true), cancel
+}
+
+// withinDeadlineKey marks a context withinDeadline has bounded.
+type withinDeadlineKey struct{}
+
+// deadlineMargin is kept back from the runtime's deadline for the answer
+// to reach it: a tenth of it, within 50-500 ms.
+func (p *plugin) deadlineMargin() time.Duration {
+	return min(max(p.requestTimeout()/10, 50*time.Millisecond), 500*time.Millisecond)
 }

@@ -93,6 +93,10 @@ type Config struct {
 	// runtime.
 	Mode    runtimemode.Mode
 	OnError string
+	// OnLookupError says what a container gets when its pod cannot be
+	// looked up, or decided for, within the runtime's deadline:
+	// OnLookupErrorSkip (the default) or OnLookupErrorFail.
+	OnLookupError string
 	// ContainerdAddress and ContainerdNamespace, when set, say where to
 	// look pods up (the --containerd-address and --containerd-namespace
 	// defaults). A pre-installed plugin gets no flags, so its config is
@@ -148,8 +152,13 @@ func (c *Config) Inherited() []Entry {
 const (
 	OnErrorFail = "fail"
 	OnErrorWarn = "warn"
-	RefusedSkip = "skip"
-	RefusedFail = "fail"
+	// OnLookupErrorSkip starts a container the plugin could not look its
+	// pod up for, or decide for in time, without the defaults; fail
+	// refuses it, so that the kubelet retries it.
+	OnLookupErrorSkip = "skip"
+	OnLookupErrorFail = "fail"
+	RefusedSkip       = "skip"
+	RefusedFail       = "fail"
 )
 
 // KeptInAnotherForm lists the entries, defaults, rules then profiles, whose value
@@ -258,7 +267,7 @@ type KernelChecker func(values map[string][]string) (refused map[string]error, s
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
-	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip}}
+	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, UserNamespaceRefused: RefusedSkip}}
 	sum := sha256.Sum256(data)
 	p.cfg.TextSHA256 = hex.EncodeToString(sum[:])
 	parsed := p.parse(data)
@@ -327,6 +336,9 @@ func (p *parser) parse(data []byte) bool {
 		},
 		"onError": func(k, v *yaml.Node) {
 			p.cfg.OnError = p.oneOf(v, "onError", OnErrorFail, OnErrorWarn)
+		},
+		"onLookupError": func(k, v *yaml.Node) {
+			p.cfg.OnLookupError = p.oneOf(v, "onLookupError", OnLookupErrorSkip, OnLookupErrorFail)
 		},
 		"userNamespaceRefused": func(k, v *yaml.Node) {
 			p.cfg.UserNamespaceRefused = p.oneOf(v, "userNamespaceRefused", RefusedSkip, RefusedFail)
@@ -538,6 +550,10 @@ func (p *parser) selector(n *yaml.Node, where string) Selector {
 // profileNameRE keeps names a comma-separated annotation can carry: no
 // commas, no spaces, nothing that reads as a path.
 var profileNameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// ValidProfileName tells whether a config could name a profile so: a pod
+// asking for any other name asks for none that exists.
+func ValidProfileName(name string) bool { return profileNameRE.MatchString(name) }
 
 func (p *parser) profiles(n *yaml.Node) {
 	if !p.isKind(n, yaml.MappingNode, "profiles", "a mapping of name: profile") {

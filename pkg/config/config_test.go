@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, profiles, rules, sysctls, userNamespaceRefused"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, onLookupError, profiles, rules, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: annotations, labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -336,6 +336,11 @@ func TestParseBroken(t *testing.T) {
 			want: []string{`f.yaml:1: onError: "bogus" is not one of: fail, warn`},
 		},
 		{
+			name: "onLookupError bogus",
+			data: "onLookupError: warn\n",
+			want: []string{`f.yaml:1: onLookupError: "warn" is not one of: skip, fail`},
+		},
+		{
 			name: "mode not a string",
 			data: "mode: [spec]\nonError: {fail: true}\n",
 			want: []string{
@@ -432,7 +437,7 @@ func TestParseNoOp(t *testing.T) {
 			t.Errorf("Parse(%q): %v", data, err)
 			continue
 		}
-		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
+		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
 		// Present-but-empty fields may give empty, non-nil values.
 		if len(cfg.Sysctls) == 0 {
 			cfg.Sysctls = nil
@@ -526,6 +531,7 @@ func TestParseValid(t *testing.T) {
 		},
 		Mode:                 runtimemode.Namespace,
 		OnError:              OnErrorWarn,
+		OnLookupError:        OnLookupErrorSkip,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(data),
 	}
@@ -550,18 +556,21 @@ func TestParseValid(t *testing.T) {
 
 func TestParseModes(t *testing.T) {
 	for _, tt := range []struct {
-		data    string
-		mode    runtimemode.Mode
-		onError string
+		data          string
+		mode          runtimemode.Mode
+		onError       string
+		onLookupError string
 	}{
-		{"mode: auto\n", runtimemode.Auto, OnErrorFail},
-		{"mode: spec\n", runtimemode.Spec, OnErrorFail},
-		{"mode: namespace\nonError: fail\n", runtimemode.Namespace, OnErrorFail},
-		{"onError: warn\n", runtimemode.Auto, OnErrorWarn},
+		{"mode: auto\n", runtimemode.Auto, OnErrorFail, OnLookupErrorSkip},
+		{"mode: spec\n", runtimemode.Spec, OnErrorFail, OnLookupErrorSkip},
+		{"mode: namespace\nonError: fail\n", runtimemode.Namespace, OnErrorFail, OnLookupErrorSkip},
+		{"onError: warn\n", runtimemode.Auto, OnErrorWarn, OnLookupErrorSkip},
+		{"onLookupError: fail\n", runtimemode.Auto, OnErrorFail, OnLookupErrorFail},
+		{"onLookupError: skip\n", runtimemode.Auto, OnErrorFail, OnLookupErrorSkip},
 	} {
 		cfg := mustParse(t, tt.data, nil)
-		if cfg.Mode != tt.mode || cfg.OnError != tt.onError {
-			t.Errorf("Parse(%q): mode %q, onError %q; want %q, %q", tt.data, cfg.Mode, cfg.OnError, tt.mode, tt.onError)
+		if cfg.Mode != tt.mode || cfg.OnError != tt.onError || cfg.OnLookupError != tt.onLookupError {
+			t.Errorf("Parse(%q): mode %q, onError %q, onLookupError %q; want %q, %q, %q", tt.data, cfg.Mode, cfg.OnError, cfg.OnLookupError, tt.mode, tt.onError, tt.onLookupError)
 		}
 	}
 }
@@ -581,6 +590,7 @@ func TestLoadExample(t *testing.T) {
 		Exclude:              Selector{Namespaces: []string{"kube-system"}},
 		Mode:                 runtimemode.Auto,
 		OnError:              OnErrorFail,
+		OnLookupError:        OnLookupErrorSkip,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(string(readTestFile(t, "../../config/config.yaml"))),
 	}

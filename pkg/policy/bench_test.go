@@ -97,3 +97,68 @@ func BenchmarkDecideProfile(b *testing.B) {
 		p.Decide(in)
 	}
 }
+
+// BenchmarkDecideProfilesAnnotation is the large config against a profiles
+// annotation of growing size, the worst a pod author can write at each: the
+// cost must grow no faster than the size up to MaxProfilesAnnotationBytes
+// and stay flat past it (docs/benchmarks.md). "names" fills the size with
+// distinct valid names (unknown ones, each a skip), "repeats" with one
+// name over and over.
+func BenchmarkDecideProfilesAnnotation(b *testing.B) {
+	p := Compile(largeConfig(b), nil)
+	for _, size := range []int{0, 256, 1024, 16 << 10, 64 << 10, 256 << 10} {
+		for _, kind := range []string{"names", "repeats"} {
+			in := benchInput()
+			in.Pod.Annotations = map[string]string{config.ProfilesAnnotation: worstProfiles(kind, size)}
+			b.Run(fmt.Sprintf("%s/%dB", kind, size), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					p.Decide(in)
+				}
+			})
+		}
+	}
+}
+
+// worstProfiles is a profiles annotation of exactly size bytes.
+func worstProfiles(kind string, size int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < size; i++ {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if kind == "names" {
+			fmt.Fprintf(&b, "p%d", i)
+		} else {
+			b.WriteString("a")
+		}
+	}
+	return b.String()[:size]
+}
+
+// BenchmarkDecideWorstPod sets a plain pod beside the costliest one an
+// author can write within the bounds (MaxProfilesAsked distinct names of
+// 63 characters, 1 KiB), for the ratio in docs/benchmarks.md.
+func BenchmarkDecideWorstPod(b *testing.B) {
+	p := Compile(largeConfig(b), nil)
+	names := make([]string, MaxProfilesAsked)
+	for i := range names {
+		names[i] = fmt.Sprintf("%063d", i)
+	}
+	worst := benchInput()
+	worst.Pod.Annotations = map[string]string{config.ProfilesAnnotation: strings.Join(names, ",")}
+	if d := p.Decide(worst); len(d.Profiles) != MaxProfilesAsked || d.ProfilesRefused != "" {
+		b.Fatalf("worst pod: %d profiles, refused %q", len(d.Profiles), d.ProfilesRefused)
+	}
+	for _, c := range []struct {
+		name string
+		in   Input
+	}{{"plain", benchInput()}, {"worst", worst}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Decide(c.in)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@
 package policy
 
 import (
+	"fmt"
 	"maps"
 	"path"
 	"slices"
@@ -88,6 +89,9 @@ type Decision struct {
 	// Profiles is what became of each profile the pod asked for, in the
 	// annotation's order, each name once.
 	Profiles []ProfileResult
+	// ProfilesRefused says why no profile was taken from an annotation
+	// over a bound (askedProfiles); the pod still gets defaults and rules.
+	ProfilesRefused string
 }
 
 // ProfileResult is what became of one profile a pod asked for.
@@ -99,15 +103,17 @@ type ProfileResult struct {
 // ProfileOutcome is the result label of nri_sysctl_profiles_total.
 type ProfileOutcome string
 
-// The results: given, left out by its allow lists, or not in the config.
+// The results: given, left out by its allow lists, or not in the config;
+// refused counts a whole annotation over a bound (Decision.ProfilesRefused).
 const (
 	ProfileApplied    ProfileOutcome = "applied"
 	ProfileNotAllowed ProfileOutcome = "not_allowed"
 	ProfileUnknown    ProfileOutcome = "unknown"
+	ProfileRefused    ProfileOutcome = "refused"
 )
 
 // ProfileOutcomes lists every result, for metrics that show each at 0.
-var ProfileOutcomes = []ProfileOutcome{ProfileApplied, ProfileNotAllowed, ProfileUnknown}
+var ProfileOutcomes = []ProfileOutcome{ProfileApplied, ProfileNotAllowed, ProfileUnknown, ProfileRefused}
 
 // ProfileKeyPrefix starts the Skipped.Key of a profile that was not
 // applied: "profile/low-latency".
@@ -291,18 +297,28 @@ func (p *Policy) effectiveValues(pod Pod) (values []string, n int) {
 	return values, n
 }
 
+// Bounds on what the profiles annotation, which any pod author writes, may
+// cost a decision: past either, the pod gets its defaults and rules without
+// profiles. 16 names of the longest kind a config allows (63 characters)
+// and their commas fit in 1 KiB.
+const (
+	MaxProfilesAnnotationBytes = 1024
+	MaxProfilesAsked           = 16
+)
+
 // applyProfiles layers the profiles the pod asked for over values, in the
 // annotation's order, and records in d what became of each (a profile not
 // applied is also a Skipped, for the container's annotation). It returns
-// how many keys got a value they did not have.
+// how many keys got a value they did not have. Its work is bounded by
+// MaxProfilesAnnotationBytes whatever the pod carries.
 func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decision) (added int) {
-	for rest := asked; rest != ""; {
-		var name string
-		name, rest, _ = strings.Cut(rest, ",")
-		name = strings.TrimSpace(name)
-		if name == "" || slices.ContainsFunc(d.Profiles, func(r ProfileResult) bool { return r.Name == name }) {
-			continue
-		}
+	names, refusal := askedProfiles(asked)
+	if refusal != "" {
+		d.ProfilesRefused = refusal
+		d.Skipped = append(d.Skipped, Skipped{Key: config.ProfilesAnnotation, Code: SkipProfilesRefused, Reason: refusal})
+		return 0
+	}
+	for _, name := range names {
 		pr, known := p.profiles[name]
 		var reason string
 		switch {
@@ -329,6 +345,42 @@ func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decisi
 		}
 	}
 	return added
+}
+
+// askedProfiles splits the annotation into its names, each once, in order,
+// in time linear in its length; refusal says why none is taken: the
+// annotation is over a bound, or names a profile no config can have.
+func askedProfiles(asked string) (names []string, refusal string) {
+	if len(asked) > MaxProfilesAnnotationBytes {
+		return nil, fmt.Sprintf("%s %d bytes long, over the %d allowed", ReasonProfilesRefused, len(asked), MaxProfilesAnnotationBytes)
+	}
+	seen := make(map[string]bool, MaxProfilesAsked)
+	for rest := asked; rest != ""; {
+		var name string
+		name, rest, _ = strings.Cut(rest, ",")
+		name = strings.TrimSpace(name)
+		if name == "" || seen[name] {
+			continue
+		}
+		if !config.ValidProfileName(name) {
+			return nil, fmt.Sprintf("%s names %q, which is no profile name", ReasonProfilesRefused, shortened(name))
+		}
+		if len(names) == MaxProfilesAsked {
+			return nil, fmt.Sprintf("%s names more than %d profiles", ReasonProfilesRefused, MaxProfilesAsked)
+		}
+		seen[name] = true
+		names = append(names, name)
+	}
+	return names, ""
+}
+
+// shortened keeps a name from the pod short enough for a message.
+func shortened(name string) string {
+	const most = 64
+	if len(name) <= most {
+		return name
+	}
+	return name[:most] + "..."
 }
 
 // quoteEmpty names the default runtime handler, which CRI gives as "".

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -202,5 +204,60 @@ func TestProfileOnlyKeyIsSorted(t *testing.T) {
 	want := []string{"net.core.somaxconn", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_slow_start_after_idle"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
+	}
+}
+
+// TestProfilesAnnotationBounds: whatever a pod author writes in the
+// annotation, the decision reads at most MaxProfilesAnnotationBytes and
+// MaxProfilesAsked names, and a pod over a bound keeps its defaults and
+// rules, with a skip that says why.
+func TestProfilesAnnotationBounds(t *testing.T) {
+	p := Compile(mustConfig(t, profilesConfig), nil)
+	sixteen := make([]string, MaxProfilesAsked)
+	for i := range sixteen {
+		sixteen[i] = fmt.Sprintf("p%d", i)
+	}
+	tests := []struct {
+		name         string
+		asked        string
+		wantRefused  string // a part of the reason; "" for none
+		wantProfiles int
+	}{
+		{"at the byte bound", strings.Repeat("many-conns,", MaxProfilesAnnotationBytes/11) + strings.Repeat(" ", MaxProfilesAnnotationBytes%11), "", 1},
+		{"one byte over", strings.Repeat("many-conns,", MaxProfilesAnnotationBytes/11) + strings.Repeat(" ", MaxProfilesAnnotationBytes%11+1), "1025 bytes long, over the 1024 allowed", 0},
+		{"the Kubernetes limit of repeats", strings.Repeat("a,", 128*1024), "262144 bytes long", 0},
+		{"as many names as allowed", strings.Join(sixteen, ","), "", MaxProfilesAsked},
+		{"one name too many", strings.Join(sixteen, ",") + ",p16", "more than 16 profiles", 0},
+		{"repeats count once", strings.Join(sixteen, ",") + "," + strings.Join(sixteen, ","), "", MaxProfilesAsked},
+		{"no profile name", "many-conns,a b", `names "a b", which is no profile name`, 0},
+		{"a name longer than any profile's", strings.Repeat("x", 100), `which is no profile name`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := p.Decide(Input{Pod: Pod{Namespace: "trading-a", Own: ownNormal, Annotations: map[string]string{config.ProfilesAnnotation: tt.asked}}})
+			if len(d.Profiles) != tt.wantProfiles {
+				t.Errorf("%d profile results, want %d", len(d.Profiles), tt.wantProfiles)
+			}
+			got := applied(d)
+			if tt.wantRefused == "" {
+				if d.ProfilesRefused != "" {
+					t.Fatalf("refused: %s", d.ProfilesRefused)
+				}
+				return
+			}
+			if !strings.Contains(d.ProfilesRefused, tt.wantRefused) {
+				t.Errorf("refusal %q does not say %q", d.ProfilesRefused, tt.wantRefused)
+			}
+			// The defaults and the rule, no profile.
+			if want := map[string]string{"net.core.somaxconn": "256", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900"}; !reflect.DeepEqual(got, want) {
+				t.Errorf("applied = %v, want %v", got, want)
+			}
+			if len(d.Skipped) != 1 || d.Skipped[0].Key != config.ProfilesAnnotation || d.Skipped[0].Code != SkipProfilesRefused || d.Skipped[0].Reason != d.ProfilesRefused {
+				t.Errorf("skipped = %+v, want one %s skip for the annotation", d.Skipped, SkipProfilesRefused.Label())
+			}
+			if len(d.ProfilesRefused) > 200 {
+				t.Errorf("the reason is %d bytes: it must not carry the pod's text", len(d.ProfilesRefused))
+			}
+		})
 	}
 }

@@ -23,6 +23,11 @@ const (
 	SkipProfileUnknown
 	// SkipProfileNotAllowed: the profile's allow lists leave the pod out.
 	SkipProfileNotAllowed
+	// SkipProfilesRefused: the profiles annotation is over a bound
+	// (policy.MaxProfilesAnnotationBytes, MaxProfilesAsked) or names what
+	// no profile can be called; no profile is taken from it. Its
+	// Skipped.Key is the annotation's name.
+	SkipProfilesRefused
 
 	// NumSkipCodes counts the codes, for tables indexed by code.
 	NumSkipCodes = iota
@@ -37,6 +42,7 @@ const (
 	ReasonWriteFailed       = "write failed"
 	ReasonProfileUnknown    = "no such profile"
 	ReasonProfileNotAllowed = "not allowed"
+	ReasonProfilesRefused   = "no profile applied: the annotation is"
 )
 
 var skipCodes = [NumSkipCodes]struct{ label, text string }{
@@ -47,11 +53,14 @@ var skipCodes = [NumSkipCodes]struct{ label, text string }{
 	SkipWriteFailed:       {"write_failed", ReasonWriteFailed},
 	SkipProfileUnknown:    {"profile_unknown", ReasonProfileUnknown},
 	SkipProfileNotAllowed: {"profile_not_allowed", ReasonProfileNotAllowed},
+	SkipProfilesRefused:   {"profiles_refused", ReasonProfilesRefused},
 }
 
 // Profile tells whether the code is about a profile, not a sysctl: such a
 // skip is counted by nri_sysctl_profiles_total, not with the sysctls.
-func (c SkipCode) Profile() bool { return c == SkipProfileUnknown || c == SkipProfileNotAllowed }
+func (c SkipCode) Profile() bool {
+	return c == SkipProfileUnknown || c == SkipProfileNotAllowed || c == SkipProfilesRefused
+}
 
 // Label names the code in metrics (nri_sysctl_sysctls_skipped_total{reason}).
 func (c SkipCode) Label() string { return skipCodes[c].label }
