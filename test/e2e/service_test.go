@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,6 +210,15 @@ func TestServicePreinstalled(t *testing.T) {
 	t.Run("ConfigContainerdAddress", func(t *testing.T) {
 		restart(defaultsYAML(serviceValuesB) + fmt.Sprintf("containerdAddress: %q\ncontainerdNamespace: %q\n", c.grpcSock, k8sNamespace))
 		wantSysctls(t, "pod, pre-installed plugin", podValues(t, "e2e-preinstalled", keys...), serviceValuesB)
+	})
+	// Issue 33: the profiles attack on a plugin containerd started, and
+	// never restarts: one missed deadline would leave the node without it
+	// until containerd restarts.
+	t.Run("ProfilesAnnotationAttack", func(t *testing.T) {
+		restart(defaultsYAML(nodeDefaults) + fmt.Sprintf("containerdAddress: %q\ncontainerdNamespace: %q\n", c.grpcSock, k8sNamespace))
+		checkMeaningful(t, nodeDefaults)
+		before := pidsOfExe(pluginPath)
+		checkAttack(t, c, "e2e-preinstalled", func() bool { return slices.Equal(pidsOfExe(pluginPath), before) })
 	})
 	// A wrong containerdAddress is an explicit choice: the plugin looks
 	// pods up there only, cannot read a pod's own sysctls, and sets
