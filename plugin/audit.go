@@ -202,7 +202,7 @@ func auditContainers(ctx context.Context, found []cri.Container, lookups bool, a
 	var lookup *podsysctl.Containerd
 	if lookups {
 		var err error
-		if lookup, err = podsysctl.NewContainerd(address, namespace); err != nil {
+		if lookup, err = podsysctl.NewContainerd(address, namespace, 0); err != nil {
 			return nil, err
 		}
 		defer lookup.Close()

@@ -79,7 +79,7 @@ func (l *lookups) conn(t containerdTarget, check bool) (*containerdConn, error) 
 	if c, ok := l.conns[t]; ok {
 		return c, nil
 	}
-	cd, err := podsysctl.NewContainerd(t.address, t.namespace)
+	cd, err := podsysctl.NewContainerd(t.address, t.namespace, l.parentPID)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ListeningSockets lists the unix sockets the process pid listens on, from
@@ -44,18 +42,8 @@ func servedBy(path string, pid int) bool {
 		return false
 	}
 	defer conn.Close()
-	raw, err := conn.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return false
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || credErr != nil {
-		return false
-	}
-	return int(cred.Pid) == pid
+	cred, err := peerCred(conn)
+	return err == nil && int(cred.Pid) == pid
 }
 
 // socketsNamedFor lists, ranked, the paths /proc/net/unix names for the

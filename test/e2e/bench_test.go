@@ -685,7 +685,7 @@ func benchFetch(t *testing.T, c *cluster, cl *criClient) (warm dist, cold time.D
 			t.Fatal(err)
 		}
 	}
-	f, err := podsysctl.NewContainerd(c.grpcSock, k8sNamespace)
+	f, err := podsysctl.NewContainerd(c.grpcSock, k8sNamespace, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
