@@ -106,6 +106,10 @@ type auditInput struct {
 type verdict struct {
 	ok  bool
 	why string
+	// cannotTell: the pod's values could not be read because its process
+	// exited meanwhile (the pod is going away, or its pid names another
+	// process now); neither ok nor lacking.
+	cannotTell bool
 }
 
 // judge tells whether a container has the node's defaults. Live values,
@@ -121,11 +125,11 @@ func judge(in auditInput) verdict {
 	if in.live != nil && in.policy != nil {
 		switch {
 		case d.Excluded != "":
-			return verdict{true, "excluded by " + d.Excluded}
+			return verdict{ok: true, why: "excluded by " + d.Excluded}
 		case len(d.Apply) == 0:
-			return verdict{true, "nothing to apply"}
+			return verdict{ok: true, why: "nothing to apply"}
 		}
-		var wrong []string
+		var wrong, gone []string
 		for _, s := range d.Apply {
 			want := s.Value()
 			// Read from the host's user namespace: host GIDs.
@@ -134,6 +138,8 @@ func judge(in auditInput) verdict {
 			}
 			got := in.live[s.Key()]
 			switch {
+			case errors.Is(got.Err, podns.ErrSandboxExited):
+				gone = append(gone, s.Key()+": "+got.Err.Error())
 			case got.Err != nil:
 				wrong = append(wrong, s.Key()+": cannot read: "+got.Err.Error())
 			case sameValue(got.Value, want):
@@ -142,31 +148,34 @@ func judge(in auditInput) verdict {
 			}
 		}
 		if len(wrong) > 0 {
-			return verdict{false, "live values: " + strings.Join(wrong, "; ")}
+			return verdict{ok: false, why: "live values: " + strings.Join(wrong, "; ")}
 		}
-		return verdict{true, fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
+		if len(gone) > 0 {
+			return verdict{cannotTell: true, why: "cannot tell: the pod's process exited while audit read it: " + strings.Join(gone, "; ")}
+		}
+		return verdict{ok: true, why: fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
 	}
 	if name, annotated := in.annotations[annotationOutcome]; annotated {
 		o, known := parseOutcome(name)
 		switch {
 		case !known:
-			return verdict{false, fmt.Sprintf("unknown outcome %q", name)}
+			return verdict{ok: false, why: fmt.Sprintf("unknown outcome %q", name)}
 		case outcomes[o].lacking != "":
-			return verdict{false, "outcome " + name + ": " + outcomes[o].lacking}
+			return verdict{ok: false, why: "outcome " + name + ": " + outcomes[o].lacking}
 		}
-		return verdict{true, "outcome " + name}
+		return verdict{ok: true, why: "outcome " + name}
 	}
 	_, injected := in.annotations[annotationInjected]
 	_, skipped := in.annotations[annotationSkipped]
 	switch {
 	case injected || skipped:
-		return verdict{true, "annotated by an nri-sysctl without outcomes"}
+		return verdict{ok: true, why: "annotated by an nri-sysctl without outcomes"}
 	case in.policy != nil && d.Excluded != "":
-		return verdict{true, "no annotation; excluded by " + d.Excluded}
+		return verdict{ok: true, why: "no annotation; excluded by " + d.Excluded}
 	case in.policy != nil && len(d.Apply) == 0:
-		return verdict{true, "no annotation; nothing to apply"}
+		return verdict{ok: true, why: "no annotation; nothing to apply"}
 	}
-	return verdict{false, "no nri-sysctl annotation: created while the plugin was not registered"}
+	return verdict{ok: false, why: "no nri-sysctl annotation: created while the plugin was not registered"}
 }
 
 // sameValue compares sysctl values as the kernel prints them: fields may
@@ -179,9 +188,13 @@ func sameValue(a, b string) bool {
 type auditPod struct {
 	namespace, name string
 	decision        policy.Input
-	// pid is a process in the pod's namespaces: the sandbox's, or else
-	// one of its running containers'.
-	pid uint32
+	// process is a process in the pod's namespaces (the sandbox's, or else
+	// one of its running containers'), with a pidfd taken when audit first
+	// saw it and the pod's network namespace it must still be in.
+	process podns.Process
+	// gone is set when the process had exited already when audit first
+	// saw it.
+	gone error
 }
 
 type auditContainer struct {
@@ -212,7 +225,18 @@ func auditContainers(ctx context.Context, found []cri.Container, lookups bool, a
 	for _, c := range found {
 		pod := pods[c.Pod]
 		if pod == nil {
-			pod = &auditPod{namespace: c.Pod.Namespace, name: c.Pod.Name, pid: c.Pod.Pid}
+			pod = &auditPod{namespace: c.Pod.Namespace, name: c.Pod.Name, process: podns.Process{Pid: int(c.Pod.Pid), NetPath: c.Pod.NetNSPath}}
+			if pod.process.Pid > 0 {
+				// Taken now, closed when audit exits: a pid that is
+				// another process by the time audit reads is caught.
+				fd, err := podns.OpenPidfd(pod.process.Pid)
+				switch {
+				case err == nil:
+					pod.process.Pidfd = fd
+				case errors.Is(err, podns.ErrSandboxExited):
+					pod.gone = err
+				}
+			}
 			pod.decision.Pod = policy.Pod{Namespace: c.Pod.Namespace, Name: c.Pod.Name, Labels: c.Pod.Labels, Annotations: c.Pod.Annotations, RuntimeHandler: c.Pod.RuntimeHandler, Own: c.Pod.Own}
 			if lookup != nil {
 				own, err := lookup.Fetch(ctx, c.Pod.ID)
@@ -236,38 +260,60 @@ func (p *auditPod) liveValues(pol *policy.Policy) map[string]podns.Value {
 	for i, s := range d.Apply {
 		keys[i] = s.Key()
 	}
-	if p.pid == 0 {
+	if p.process.Pid == 0 {
 		out := make(map[string]podns.Value, len(keys))
 		for _, k := range keys {
 			out[k] = podns.Value{Err: errors.New("no process of the pod found")}
 		}
 		return out
 	}
-	return podns.Read(podns.PidTarget(int(p.pid), p.decision.Pod.Own.Has), keys)
+	if p.gone != nil {
+		out := make(map[string]podns.Value, len(keys))
+		for _, k := range keys {
+			out[k] = podns.Value{Err: p.gone}
+		}
+		return out
+	}
+	return podns.Read(podns.PidTarget(p.process, p.decision.Pod.Own.Has), keys)
 }
 
 // printAudit prints one line per container, then the lacking ones again
-// in a summary, and returns the exit code.
+// in a summary, and returns the exit code: 1 when any container lacks the
+// defaults, else 2 when audit could not tell for some (their pod's
+// process exited meanwhile), else 0.
 func printAudit(w io.Writer, lines []auditLine) int {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATUS\tPOD\tCONTAINER\tID\tWHY")
-	var lacking []auditLine
+	var lacking, unknown []auditLine
 	for _, l := range lines {
 		status := "ok"
-		if !l.verdict.ok {
+		switch {
+		case l.verdict.cannotTell:
+			status = "UNKNOWN"
+			unknown = append(unknown, l)
+		case !l.verdict.ok:
 			status = "LACKING"
 			lacking = append(lacking, l)
 		}
 		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", status, l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id, l.verdict.why)
 	}
 	tw.Flush()
-	if len(lacking) == 0 {
-		fmt.Fprintf(w, "all %d running container(s) have the node's defaults\n", len(lines))
-		return auditAllFine
+	if len(unknown) > 0 {
+		fmt.Fprintf(w, "cannot tell for %d of %d running container(s): their pod's process exited while audit read it (run audit again):\n", len(unknown), len(lines))
+		for _, l := range unknown {
+			fmt.Fprintf(w, "  %s/%s container %s (%s)\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id)
+		}
 	}
-	fmt.Fprintf(w, "%d of %d running container(s) lack the node's defaults:\n", len(lacking), len(lines))
-	for _, l := range lacking {
-		fmt.Fprintf(w, "  %s/%s container %s (%s)\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id)
+	switch {
+	case len(lacking) > 0:
+		fmt.Fprintf(w, "%d of %d running container(s) lack the node's defaults:\n", len(lacking), len(lines))
+		for _, l := range lacking {
+			fmt.Fprintf(w, "  %s/%s container %s (%s)\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id)
+		}
+		return auditLacking
+	case len(unknown) > 0:
+		return auditFailed
 	}
-	return auditLacking
+	fmt.Fprintf(w, "all %d running container(s) have the node's defaults\n", len(lines))
+	return auditAllFine
 }

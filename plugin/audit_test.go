@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -67,12 +68,15 @@ func TestAuditJudge(t *testing.T) {
 		{"live: a key that cannot be read", auditInput{policy: pol, decision: plain, live: map[string]podns.Value{
 			"net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_keepalive_intvl": {Value: "60"}, "kernel.msgmax": {Err: errors.New("permission denied")},
 		}}, false, "kernel.msgmax: cannot read: permission denied"},
+		{"live: the pod's process exited: cannot tell, not lacking", auditInput{policy: pol, decision: plain, live: map[string]podns.Value{
+			"net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_keepalive_intvl": {Err: fmt.Errorf("pid 7: %w", podns.ErrSandboxExited)}, "kernel.msgmax": {Err: fmt.Errorf("pid 7: %w", podns.ErrSandboxExited)},
+		}}, false, "cannot tell: the pod's process exited while audit read it"},
 		{"live: excluded pod is not read", auditInput{policy: pol, decision: excluded, live: map[string]podns.Value{}}, true, "excluded by namespace kube-system"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			v := judge(tc.in)
-			if v.ok != tc.wantOK || !strings.Contains(v.why, tc.wantWhy) {
+			if v.ok != tc.wantOK || !strings.Contains(v.why, tc.wantWhy) || v.cannotTell != strings.Contains(tc.wantWhy, "cannot tell") {
 				t.Errorf("judge = %+v, want ok=%v and %q", v, tc.wantOK, tc.wantWhy)
 			}
 		})
@@ -101,8 +105,8 @@ func TestAuditJudgeLiveValueForms(t *testing.T) {
 func TestAuditReport(t *testing.T) {
 	pod := &auditPod{namespace: "e2e", name: "down"}
 	lines := []auditLine{
-		{c: auditContainer{pod: pod, name: "app", id: "aaa"}, verdict: verdict{true, "outcome applied"}},
-		{c: auditContainer{pod: pod, name: "late", id: "bbb"}, verdict: verdict{false, "no nri-sysctl annotation: created while the plugin was not registered"}},
+		{c: auditContainer{pod: pod, name: "app", id: "aaa"}, verdict: verdict{ok: true, why: "outcome applied"}},
+		{c: auditContainer{pod: pod, name: "late", id: "bbb"}, verdict: verdict{ok: false, why: "no nri-sysctl annotation: created while the plugin was not registered"}},
 	}
 	var out bytes.Buffer
 	if code := printAudit(&out, lines); code != auditLacking {
@@ -114,6 +118,19 @@ func TestAuditReport(t *testing.T) {
 	out.Reset()
 	if code := printAudit(&out, lines[:1]); code != auditAllFine || !strings.Contains(out.String(), "all 1 running container(s) have the node's defaults") {
 		t.Errorf("exit %d, report:\n%s", code, out.String())
+	}
+	// Issue 33, item 6: a container whose pod's process exited is "cannot
+	// tell" (exit 2, and a line that says so), never LACKING; a lacking
+	// one still decides the exit code.
+	gone := auditLine{c: auditContainer{pod: pod, name: "gone", id: "ccc"}, verdict: verdict{cannotTell: true, why: "cannot tell: the pod's process exited while audit read it"}}
+	out.Reset()
+	if code := printAudit(&out, []auditLine{lines[0], gone}); code != auditFailed || strings.Contains(out.String(), "LACKING") ||
+		!strings.Contains(out.String(), "UNKNOWN") || !strings.Contains(out.String(), "cannot tell for 1 of 2 running container(s)") {
+		t.Errorf("exit %d, want %d; report:\n%s", code, auditFailed, out.String())
+	}
+	out.Reset()
+	if code := printAudit(&out, []auditLine{lines[1], gone}); code != auditLacking {
+		t.Errorf("lacking and cannot tell: exit %d, want %d; report:\n%s", code, auditLacking, out.String())
 	}
 }
 

@@ -68,7 +68,7 @@ func newBenchPlugin(b *testing.B, runtimeVersion string) *plugin {
 
 func benchPodSandbox(id string) *api.PodSandbox {
 	return &api.PodSandbox{
-		Id: id, Name: "web-" + id, Namespace: "bench", Uid: "uid-" + id, Pid: 4242,
+		Id: id, Name: "web-" + id, Namespace: "bench", Uid: "uid-" + id, Pid: noSuchPid,
 		Labels:         map[string]string{"tier": "web", "app": "bench"},
 		RuntimeHandler: "runc",
 		Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{

@@ -305,12 +305,12 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 	}
 	var writesMu sync.Mutex
 	writesByPod := map[string][]string{}
-	podByIPC := map[podns.NamespaceRef]string{}
+	podByIPC := map[int]string{}
 	p.writeNamespaces = func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 		// Every slot has its own IPC namespace, reached through the
 		// sandbox pid, which concPod makes unique per lifetime.
 		writesMu.Lock()
-		id := podByIPC[target[sysctl.IPC]]
+		id := podByIPC[target[sysctl.IPC].Pid]
 		writesByPod[id] = append(writesByPod[id], canonicalWrite(list))
 		writesMu.Unlock()
 		return nil
@@ -399,7 +399,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 			for l := 0; l < lifetimes; l++ {
 				life := &concLife{slot: s, pod: concPod(s, l)}
 				writesMu.Lock()
-				podByIPC[namespaceTarget(life.pod)[sysctl.IPC]] = life.pod.Id
+				podByIPC[namespaceTarget(life.pod)[sysctl.IPC].Pid] = life.pod.Id
 				writesMu.Unlock()
 				livesMu.Lock()
 				lives = append(lives, life)

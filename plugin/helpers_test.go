@@ -83,3 +83,8 @@ func rootOnly(dir string) bool {
 	var st syscall.Stat_t
 	return syscall.Stat(dir, &st) == nil && st.Uid == 0 && st.Mode&0o022 == 0
 }
+
+// noSuchPid is the sandbox pid of test pods: above the kernel's
+// PID_MAX_LIMIT (4194304), it is never a live process, so a namespace-mode
+// record takes no pidfd for it.
+const noSuchPid = 4194999

@@ -338,7 +338,7 @@ func (f nriFetcher) Fetch(_ context.Context, podID string) (podsysctl.PodSysctls
 // nriPod is a pod sandbox as containerd reports it: its own namespaces in
 // its list (a host namespace is missing), the network one by path.
 func nriPod(id, namespace string, nsTypes ...string) *api.PodSandbox {
-	pod := &api.PodSandbox{Id: id, Name: id, Namespace: namespace, Uid: "uid-" + id, Pid: 4242, Linux: &api.LinuxPodSandbox{}}
+	pod := &api.PodSandbox{Id: id, Name: id, Namespace: namespace, Uid: "uid-" + id, Pid: noSuchPid, Linux: &api.LinuxPodSandbox{}}
 	for _, typ := range nsTypes {
 		ns := &api.LinuxNamespace{Type: typ}
 		if typ == "network" {
@@ -495,7 +495,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err := rt.runPod(pod); err != nil {
 			t.Fatal(err)
 		}
-		want := []write{{podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: 4242}, sysctl.UTS: {Pid: 4242}}, all}}
+		want := []write{{podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-good"}, sysctl.IPC: {Pid: noSuchPid, NetPath: "/var/run/netns/cni-good"}, sysctl.UTS: {Pid: noSuchPid, NetPath: "/var/run/netns/cni-good"}}, all}}
 		if got := takeWrites(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("writes at RunPodSandbox = %+v, want %+v", got, want)
 		}

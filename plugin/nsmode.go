@@ -38,7 +38,10 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, pod *api.PodS
 		}
 	default:
 		values, valueErrs := hostSideValues(pending, own.GIDMappings, pod)
-		errs = append(valueErrs, p.writeNamespaces(namespaceTarget(pod), values)...)
+		target := namespaceTarget(pod)
+		release := rec.anchor(target)
+		errs = append(valueErrs, p.writeNamespaces(target, values)...)
+		release()
 	}
 	rec.recordWrite(pending, errs)
 	p.meter.Load().namespaceWritten(len(pending), len(errs))
@@ -142,4 +145,15 @@ func (p *plugin) writePodSandbox(ctx context.Context, rec *podRecord, pod *api.P
 		return err
 	}
 	return nil
+}
+
+// ownNetworkPath is the path of the pod's own network namespace, or "" for
+// a pod on the host's network (its sandbox list has no network entry).
+func ownNetworkPath(pod *api.PodSandbox) string {
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		if kind, ok := sysctl.NamespaceByOCIName(ns.GetType()); ok && kind == sysctl.Net {
+			return ns.GetPath()
+		}
+	}
+	return ""
 }

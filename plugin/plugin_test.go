@@ -53,7 +53,7 @@ func newTestPlugin(t *testing.T, cfgText string, f *fakeFetcher) *plugin {
 }
 
 func testPod(id string, nsTypes ...string) *api.PodSandbox {
-	pod := &api.PodSandbox{Id: id, Name: "p-" + id, Namespace: "default", Pid: 4242, Linux: &api.LinuxPodSandbox{}}
+	pod := &api.PodSandbox{Id: id, Name: "p-" + id, Namespace: "default", Pid: noSuchPid, Linux: &api.LinuxPodSandbox{}}
 	for _, t := range nsTypes {
 		path := ""
 		if t == "network" {
@@ -305,7 +305,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 				t.Fatalf("error does not say what failed: %v", err)
 			}
 			want := []call{{
-				target: podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: 4242}},
+				target: podns.Target{sysctl.Net: {Path: "/var/run/netns/cni-n"}, sysctl.UTS: {Pid: noSuchPid, NetPath: "/var/run/netns/cni-n"}},
 				keys:   []string{"net.ipv4.tcp_keepalive_time=600"},
 			}}
 			if !reflect.DeepEqual(calls, want) {

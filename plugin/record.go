@@ -8,6 +8,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
 )
 
 // podRecord is what the plugin decided for one pod and what really
@@ -37,6 +38,11 @@ type podRecord struct {
 	profilesReported bool
 
 	// Namespace mode only.
+	// sandbox is the pod's process as first seen, with a pidfd taken
+	// then (closed when the record is dropped) and the pod's network
+	// namespace: every write through its pid checks it is still that
+	// process (podns.Process).
+	sandbox   podns.Process
 	written   []sysctl.Sysctl    // keys really in the pod's namespaces
 	writeErrs []podns.WriteError // keys the last attempt failed on
 	writes    writeState
@@ -151,6 +157,56 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
 }
 
+// holdSandbox keeps the pod's process as first seen (namespace mode).
+func (r *podRecord) holdSandbox(pid int, netPath string) {
+	r.sandbox = podns.Process{Pid: pid, NetPath: netPath}
+	if pid <= 0 {
+		return
+	}
+	if fd, err := podns.OpenPidfd(pid); err == nil {
+		r.sandbox.Pidfd = fd
+	}
+}
+
+// anchor makes target's pid-based namespaces those of the process first
+// seen: a pidfd of its own (a dup of the record's, closed by the returned
+// function, so that a record dropped meanwhile cannot close it under the
+// writer) and the pod's network namespace.
+func (r *podRecord) anchor(target podns.Target) (release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dup := -1
+	if r.sandbox.Pidfd > 0 {
+		dup, _ = unix.FcntlInt(uintptr(r.sandbox.Pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	}
+	for ns, ref := range target {
+		if ref.Path != "" || ref.Pid != r.sandbox.Pid {
+			continue
+		}
+		ref.NetPath = r.sandbox.NetPath
+		if dup > 0 {
+			ref.Pidfd = dup
+		}
+		target[ns] = ref
+	}
+	return func() {
+		if dup > 0 {
+			unix.Close(dup)
+		}
+	}
+}
+
+// release closes what the record holds open; it runs once, when the
+// record is dropped.
+func (r *podRecord) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sandbox.Pidfd > 0 {
+		unix.Close(r.sandbox.Pidfd)
+		r.sandbox.Pidfd = 0
+	}
+}
+
 func hasKey(list []sysctl.Sysctl, key string) bool {
 	for _, s := range list {
 		if s.Key() == key {
@@ -186,20 +242,29 @@ func makeSlot() chan struct{} { return make(chan struct{}, 1) }
 
 func (s *podRecords) forget(podID string) {
 	s.mu.Lock()
+	r := s.pods[podID]
 	delete(s.pods, podID)
 	s.mu.Unlock()
+	if r != nil {
+		r.release()
+	}
 }
 
 // retain drops every pod for which keep returns false: pods removed while
 // the plugin was not connected, whose RemovePodSandbox it never saw.
 func (s *podRecords) retain(keep func(podID string) bool) {
+	var dropped []*podRecord
 	s.mu.Lock()
-	for id := range s.pods {
+	for id, r := range s.pods {
 		if !keep(id) {
 			delete(s.pods, id)
+			dropped = append(dropped, r)
 		}
 	}
 	s.mu.Unlock()
+	for _, r := range dropped {
+		r.release()
+	}
 }
 
 func (s *podRecords) len() int {

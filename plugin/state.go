@@ -129,7 +129,11 @@ func (p *plugin) lookupReady(ctx context.Context) (bool, string) {
 // when the pod is first seen.
 func (p *plugin) record(pod *api.PodSandbox) *podRecord {
 	return p.records.get(pod.GetId(), func() *podRecord {
-		return &podRecord{cfg: p.current.Load()}
+		rec := &podRecord{cfg: p.current.Load()}
+		if rec.cfg.mode == runtimemode.Namespace && !rec.cfg.policy.Empty() {
+			rec.holdSandbox(int(pod.GetPid()), ownNetworkPath(pod))
+		}
+		return rec
 	})
 }
 

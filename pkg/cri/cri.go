@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"google.golang.org/grpc"
@@ -29,6 +30,10 @@ type Pod struct {
 	// Pid is a process in the pod's namespaces: the sandbox's, or else
 	// one of its running containers'; 0 if none is known.
 	Pid uint32
+	// NetNSPath is the path of the pod's own network namespace from the
+	// sandbox's spec, or "" (a hostNetwork pod, or not shown): a process
+	// reached through Pid must still be in it.
+	NetNSPath string
 }
 
 // Container is one running container of a ready pod.
@@ -42,7 +47,8 @@ type Container struct {
 // ListRunning lists the running containers of ready pods, sorted by pod
 // namespace, pod name, container name and ID.
 func ListRunning(ctx context.Context, address string) ([]Container, error) {
-	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(podsysctl.TrustedDialer(address, 0)))
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +72,7 @@ func ListRunning(ctx context.Context, address string) ([]Container, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CRI PodSandboxStatus %s: %w", sb.GetId(), err)
 		}
-		pods[sb.GetId()] = &Pod{
+		pod := &Pod{
 			ID:             sb.GetId(),
 			Namespace:      sb.GetMetadata().GetNamespace(),
 			Name:           sb.GetMetadata().GetName(),
@@ -74,8 +80,12 @@ func ListRunning(ctx context.Context, address string) ([]Container, error) {
 			Annotations:    sb.GetAnnotations(),
 			RuntimeHandler: sb.GetRuntimeHandler(),
 			Own:            ownNamespaces(status.GetStatus().GetLinux().GetNamespaces().GetOptions()),
-			Pid:            verbosePid(status.GetInfo()),
 		}
+		pod.Pid, pod.NetNSPath = verboseSandbox(status.GetInfo())
+		if !pod.Own.Has(sysctl.Net) {
+			pod.NetNSPath = ""
+		}
+		pods[sb.GetId()] = pod
 	}
 	var out []Container
 	for _, c := range ctrs.GetContainers() {
@@ -107,13 +117,27 @@ func ListRunning(ctx context.Context, address string) ([]Container, error) {
 	return out, nil
 }
 
-// verbosePid is the sandbox's pid from CRI's verbose info (containerd).
-func verbosePid(info map[string]string) uint32 {
+// verboseSandbox is the sandbox's pid and network namespace path from
+// CRI's verbose info (containerd).
+func verboseSandbox(info map[string]string) (pid uint32, netPath string) {
 	var v struct {
-		Pid uint32 `json:"pid"`
+		Pid         uint32 `json:"pid"`
+		RuntimeSpec struct {
+			Linux struct {
+				Namespaces []struct {
+					Type string `json:"type"`
+					Path string `json:"path"`
+				} `json:"namespaces"`
+			} `json:"linux"`
+		} `json:"runtimeSpec"`
 	}
 	_ = json.Unmarshal([]byte(info["info"]), &v)
-	return v.Pid
+	for _, ns := range v.RuntimeSpec.Linux.Namespaces {
+		if ns.Type == "network" {
+			netPath = ns.Path
+		}
+	}
+	return v.Pid, netPath
 }
 
 // ownNamespaces is the pod's namespaces as containerd makes them: a

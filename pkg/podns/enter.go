@@ -26,6 +26,15 @@ type Target map[sysctl.Namespace]NamespaceRef
 type NamespaceRef struct {
 	Path string
 	Pid  int
+	// Pidfd, when above 0, is a pidfd for Pid taken when the pid was
+	// first seen: a process that exited since is caught even when its
+	// pid now names another. Its owner closes it.
+	Pidfd int
+	// NetPath, when set, is the pod's network namespace, which Pid must
+	// still be in: a pid reused by another pod's (or the host's)
+	// process is refused. A pidfd alone cannot tell that when it was
+	// taken late.
+	NetPath string
 }
 
 // enterable lists the namespaces a thread of the host can enter for a
@@ -73,7 +82,7 @@ func setns(t Target, ns sysctl.Namespace, verb string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := refuseHostOrOwn(fd, where, ns); err != nil {
+	if err := refuseHostOrOwn(fd, where, ns, verb); err != nil {
 		return err
 	}
 	if err := unix.Setns(fd, ns.CloneFlag()); err != nil {
@@ -103,18 +112,25 @@ func openNamespace(ref NamespaceRef, ns sysctl.Namespace) (fd int, where string,
 		return -1, "", fmt.Errorf("pod's %s namespace has neither a path nor a process", ns)
 	}
 	where = "/proc/" + strconv.Itoa(ref.Pid) + "/ns/" + ns.ProcName()
-	pidfd, err := unix.PidfdOpen(ref.Pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return -1, where, fmt.Errorf("%s namespace of pid %d: %w", ns, ref.Pid, ErrSandboxExited)
+	pidfd := ref.Pidfd
+	if pidfd <= 0 {
+		if pidfd, err = unix.PidfdOpen(ref.Pid, 0); errors.Is(err, unix.ESRCH) {
+			return -1, where, fmt.Errorf("%s namespace of pid %d: %w", ns, ref.Pid, ErrSandboxExited)
+		} else if err != nil {
+			return -1, where, fmt.Errorf("pidfd_open(%d): %w", ref.Pid, err)
+		}
+		defer unix.Close(pidfd)
 	}
-	if err != nil {
-		return -1, where, fmt.Errorf("pidfd_open(%d): %w", ref.Pid, err)
-	}
-	defer unix.Close(pidfd)
 	fd, err = unix.Open(where, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, where, fmt.Errorf("opening %s namespace %s: %w", ns, where, err)
 	}
+	if err := stillThePods(ref); err != nil {
+		unix.Close(fd)
+		return -1, where, fmt.Errorf("%s namespace of pid %d: %w", ns, ref.Pid, err)
+	}
+	// Checked after the opens: the pid was then still the process the
+	// pidfd holds, so fd is that process's namespace.
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
 		unix.Close(fd)
 		return -1, where, fmt.Errorf("%s namespace of pid %d: %w (%w)", ns, ref.Pid, ErrSandboxExited, err)
@@ -122,16 +138,37 @@ func openNamespace(ref NamespaceRef, ns sysctl.Namespace) (fd int, where string,
 	return fd, where, nil
 }
 
+// stillThePods tells whether ref's process is still in the pod's network
+// namespace (ref.NetPath), when that is known.
+func stillThePods(ref NamespaceRef) error {
+	if ref.NetPath == "" {
+		return nil
+	}
+	var pod, now unix.Stat_t
+	if err := unix.Stat(ref.NetPath, &pod); err != nil {
+		return fmt.Errorf("%w: its network namespace %s: %w", ErrSandboxExited, ref.NetPath, err)
+	}
+	procNet := "/proc/" + strconv.Itoa(ref.Pid) + "/ns/net"
+	if err := unix.Stat(procNet, &now); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrSandboxExited, procNet, err)
+	}
+	if pod.Dev != now.Dev || pod.Ino != now.Ino {
+		return fmt.Errorf("%w: pid %d is no longer in the pod's network namespace %s (the pid names another process now)", ErrSandboxExited, ref.Pid, ref.NetPath)
+	}
+	return nil
+}
+
 // ErrNotPodNamespace marks a target that is the host's namespace or the
-// plugin's own: writing there would change the node.
-var ErrNotPodNamespace = errors.New("refusing to write")
+// plugin's own: writing there would change the node, and reading there
+// would judge the node's values as the pod's.
+var ErrNotPodNamespace = errors.New("not the pod's namespace")
 
 // refuseHostOrOwn is a last guard against writing into the host: the
 // namespace open at fd must be neither the host's nor the plugin's own,
 // which differ when the plugin runs in a container. The host's is pid 1's
 // and, where pid 1 is out of reach, the kernel's fixed number for the
 // initial namespace.
-func refuseHostOrOwn(fd int, where string, ns sysctl.Namespace) error {
+func refuseHostOrOwn(fd int, where string, ns sysctl.Namespace, verb string) error {
 	var target, own unix.Stat_t
 	if err := unix.Fstat(fd, &target); err != nil {
 		return fmt.Errorf("%s namespace %s: %w", ns, where, err)
@@ -142,10 +179,10 @@ func refuseHostOrOwn(fd int, where string, ns sysctl.Namespace) error {
 	}
 	hostByNumber := target.Dev == own.Dev && target.Ino == ns.InitialInode()
 	if hostByNumber || sameAs(target, "/proc/1/ns/"+ns.ProcName()) {
-		return fmt.Errorf("%w: %s is the host's %s namespace", ErrNotPodNamespace, where, ns)
+		return fmt.Errorf("refusing to %s, %w: %s is the host's %s namespace", verb, ErrNotPodNamespace, where, ns)
 	}
 	if target.Dev == own.Dev && target.Ino == own.Ino {
-		return fmt.Errorf("%w: %s is the plugin's own %s namespace", ErrNotPodNamespace, where, ns)
+		return fmt.Errorf("refusing to %s, %w: %s is the plugin's own %s namespace", verb, ErrNotPodNamespace, where, ns)
 	}
 	return nil
 }

@@ -1,11 +1,14 @@
 package podns
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"golang.org/x/sys/unix"
 )
 
 // Value is a key's value in a pod's namespaces, or why it could not be read.
@@ -33,15 +36,37 @@ func Read(t Target, keys []string) map[string]Value {
 	return out
 }
 
-// PidTarget reaches through process pid, a process in the pod's
-// namespaces, each namespace the host can enter that owns says is the
-// pod's own.
-func PidTarget(pid int, owns func(sysctl.Namespace) bool) Target {
+// Process is a process in a pod's namespaces, as a caller first saw it:
+// its pid, a pidfd taken then (0 if none), and the pod's network
+// namespace path, which the process must still be in ("" if the pod has
+// none of its own, or it is not known).
+type Process struct {
+	Pid, Pidfd int
+	NetPath    string
+}
+
+// OpenPidfd takes a pidfd for pid, to hold it from when it is first seen.
+func OpenPidfd(pid int) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, fmt.Errorf("pid %d: %w", pid, ErrSandboxExited)
+	}
+	return fd, err
+}
+
+// PidTarget reaches through process p each namespace the host can enter
+// that owns says is the pod's own. The network namespace is reached by
+// its path when it is known.
+func PidTarget(p Process, owns func(sysctl.Namespace) bool) Target {
 	t := Target{}
 	for _, ns := range enterable {
 		if owns(ns) {
-			t[ns] = NamespaceRef{Pid: pid}
+			t[ns] = NamespaceRef{Pid: p.Pid, Pidfd: p.Pidfd, NetPath: p.NetPath}
 		}
+	}
+	if net, ok := t[sysctl.Net]; ok && p.NetPath != "" {
+		net.Path = p.NetPath
+		t[sysctl.Net] = net
 	}
 	return t
 }

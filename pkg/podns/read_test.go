@@ -24,7 +24,7 @@ func TestReadInPodNetns(t *testing.T) {
 	if v := got["user.max_user_namespaces"]; v.Err == nil {
 		t.Errorf("a user namespace key was read from the host: %+v", v)
 	}
-	self := Read(PidTarget(os.Getpid(), func(ns sysctl.Namespace) bool { return ns == sysctl.Net }), []string{key, "kernel.msgmax"})
+	self := Read(PidTarget(Process{Pid: os.Getpid()}, func(ns sysctl.Namespace) bool { return ns == sysctl.Net }), []string{key, "kernel.msgmax"})
 	if err := self[key].Err; !errors.Is(err, ErrNotPodNamespace) {
 		t.Errorf("reading through the plugin's own pid: %v, want the plugin's own namespace refused", err)
 	}

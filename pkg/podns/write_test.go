@@ -267,7 +267,7 @@ func TestWriteFromAPrivateNamespaceRefusesTheHost(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if got := strings.TrimSpace(string(out)); got != ErrNotPodNamespace.Error()+": "+tc.target+" "+tc.want {
+		if got := strings.TrimSpace(string(out)); got != "refusing to write, "+ErrNotPodNamespace.Error()+": "+tc.target+" "+tc.want {
 			t.Errorf("writing into %s from a private netns: %q, want a refusal (%s)", tc.target, got, tc.want)
 		}
 	}

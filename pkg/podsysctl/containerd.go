@@ -34,12 +34,12 @@ type Containerd struct {
 }
 
 // NewContainerd connects lazily: the first lookup dials. Every connection
-// is checked (trustedDialer): a path only root can change, served by root,
+// is checked (TrustedDialer): a path only root can change, served by root,
 // and by the process servedBy when it is not 0 (the containerd that
 // started a pre-installed plugin).
 func NewContainerd(address, namespace string, servedBy int) (*Containerd, error) {
 	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(trustedDialer(address, servedBy)))
+		grpc.WithContextDialer(TrustedDialer(address, servedBy)))
 	if err != nil {
 		return nil, fmt.Errorf("containerd client for %s: %w", address, err)
 	}

@@ -132,11 +132,11 @@ func peerCred(conn net.Conn) (*unix.Ucred, error) {
 	return cred, credErr
 }
 
-// trustedDialer dials path for every connection a gRPC client makes, and
+// TrustedDialer dials path for every connection a gRPC client makes, and
 // hands over only a connection whose path and peer can be trusted
 // (TrustedSocketPath, checkPeer): a socket swapped after an earlier check
 // is caught at the next connection.
-func trustedDialer(path string, wantPID int) func(context.Context, string) (net.Conn, error) {
+func TrustedDialer(path string, wantPID int) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, _ string) (net.Conn, error) {
 		if err := TrustedSocketPath(path); err != nil {
 			return nil, fmt.Errorf("refusing containerd socket %s: %w", path, err)

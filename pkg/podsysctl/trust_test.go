@@ -178,7 +178,7 @@ func TestTrustedDialerChecksEveryConnection(t *testing.T) {
 	sock := filepath.Join(run, "containerd.sock")
 	listen(t, sock)
 	dial := func(wantPID int) error {
-		conn, err := trustedDialer(sock, wantPID)(context.Background(), "ignored")
+		conn, err := TrustedDialer(sock, wantPID)(context.Background(), "ignored")
 		if err == nil {
 			conn.Close()
 		}
@@ -222,7 +222,7 @@ func TestTrustedDialerRefusesAUsersSymlink(t *testing.T) {
 	listen(t, real)
 	attacker := mkdir(t, filepath.Join(root, "attacker"), 0o755, nobody)
 	link := symlink(t, real, filepath.Join(attacker, "containerd.sock"), nobody)
-	_, err := trustedDialer(link, os.Getpid())(context.Background(), "")
+	_, err := TrustedDialer(link, os.Getpid())(context.Background(), "")
 	if err == nil || !strings.Contains(err.Error(), "refusing containerd socket "+link) || !strings.Contains(err.Error(), "owned by uid 65534") {
 		t.Fatalf("dial through the attacker's symlink: %v, want a refusal naming the path and the owner", err)
 	}
