@@ -106,7 +106,11 @@ func TestAnnotationsAreBounded(t *testing.T) {
 	t.Run("profiles annotation at the Kubernetes limit", func(t *testing.T) {
 		p := newTestPlugin(t, testConfig, &fakeFetcher{})
 		pod := testPod("a1", "network", "ipc")
-		pod.Annotations = map[string]string{config.ProfilesAnnotation: strings.Repeat("a,", 128<<10)}
+		var names strings.Builder
+		for i := 0; names.Len() < 256<<10; i++ {
+			fmt.Fprintf(&names, "p%d,", i)
+		}
+		pod.Annotations = map[string]string{config.ProfilesAnnotation: names.String()[:256<<10]}
 		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
 		if err != nil {
 			t.Fatal(err)

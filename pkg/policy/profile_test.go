@@ -226,6 +226,7 @@ func TestProfilesAnnotationBounds(t *testing.T) {
 		{"at the byte bound", strings.Repeat("many-conns,", MaxProfilesAnnotationBytes/11) + strings.Repeat(" ", MaxProfilesAnnotationBytes%11), "", 1},
 		{"one byte over", strings.Repeat("many-conns,", MaxProfilesAnnotationBytes/11) + strings.Repeat(" ", MaxProfilesAnnotationBytes%11+1), "1025 bytes long, over the 1024 allowed", 0},
 		{"the Kubernetes limit of repeats", strings.Repeat("a,", 128*1024), "262144 bytes long", 0},
+		{"the Kubernetes limit of distinct names", worstProfiles("names", 256<<10), "262144 bytes long", 0},
 		{"as many names as allowed", strings.Join(sixteen, ","), "", MaxProfilesAsked},
 		{"one name too many", strings.Join(sixteen, ",") + ",p16", "more than 16 profiles", 0},
 		{"repeats count once", strings.Join(sixteen, ",") + "," + strings.Join(sixteen, ","), "", MaxProfilesAsked},

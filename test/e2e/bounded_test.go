@@ -8,13 +8,25 @@ package e2e
 // until the plugin came back.
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
 
-// attackProfiles is the attacker's annotation: 256 KiB of one short name
-// repeated, the case whose old cost grew with the square of its length.
-var attackProfiles = strings.Repeat("a,", 128<<10)
+// attackProfiles is the attacker's annotation: 256 KiB of distinct short
+// names ("p0,p1,..."), the case whose old cost grew with the square of
+// their number.
+var attackProfiles = distinctProfiles(256 << 10)
+
+// distinctProfiles is a profiles annotation of exactly size bytes, every
+// name in it different.
+func distinctProfiles(size int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < size; i++ {
+		fmt.Fprintf(&b, "p%d,", i)
+	}
+	return b.String()[:size]
+}
 
 // TestProfilesAnnotationAttack runs the attack on a fail-closed node
 // (the shipped required_plugins drop-in, onLookupError: fail): the
