@@ -14,7 +14,8 @@ import (
 
 // Kernel checks each normalized name, and each value it may be given, as
 // a pod's writer will meet them: inside fresh network, IPC and UTS
-// namespaces, as host root. Host files are no guide: many net.* keys exist
+// namespaces, as host root; user.* keys in a fresh user namespace of a
+// re-executed helper (see probeUserKeys). Host files are no guide: many net.* keys exist
 // on the host but not in a new network namespace, and some exist there
 // read-only; and only a write tells whether the kernel takes a value as
 // written ("abc" is refused, "010" is read as octal 8).
@@ -28,6 +29,19 @@ import (
 // could not run, for example without CAP_SYS_ADMIN. It satisfies
 // config.KernelChecker.
 func Kernel(values map[string][]string) (refused map[string]error, stored map[string]map[string]sysctl.Stored, err error) {
+	inOwnNamespaces, userKeys := map[string][]string{}, map[string][]string{}
+	for name, v := range values {
+		switch sysctl.NamespaceOf(name) {
+		case sysctl.NotNamespaced:
+		case sysctl.User:
+			// Never in this process: its user namespace is the
+			// caller's (the host's), and a multithreaded process
+			// cannot leave it.
+			userKeys[name] = v
+		default:
+			inOwnNamespaces[name] = v
+		}
+	}
 	nsthread.Run(func() {
 		if err = unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
 			err = fmt.Errorf("kernel probe: cannot create throw-away namespaces (needs root): %w; use --skip-kernel-check to leave the kernel probe out", err)
@@ -41,10 +55,7 @@ func Kernel(values map[string][]string) (refused map[string]error, stored map[st
 		}
 		refused = map[string]error{}
 		stored = map[string]map[string]sysctl.Stored{}
-		for _, name := range sortedNames(values) {
-			if sysctl.NamespaceOf(name) == sysctl.NotNamespaced {
-				continue
-			}
+		for _, name := range sortedNames(inOwnNamespaces) {
 			path := sysctl.Path(sysctl.ProbeName(name))
 			if why := kernelRefusal(path); why != nil {
 				refused[name] = why
@@ -53,26 +64,22 @@ func Kernel(values map[string][]string) (refused map[string]error, stored map[st
 			stored[name] = tryValues(path, values[name])
 		}
 	})
-	return refused, stored, err
+	if err != nil || len(userKeys) == 0 {
+		return refused, stored, err
+	}
+	if err := probeUserKeys(userKeys, refused, stored); err != nil {
+		return nil, nil, fmt.Errorf("kernel probe: %w", err)
+	}
+	return refused, stored, nil
 }
 
 // kernelRefusal says why the sysctl file at path cannot be set in a fresh
 // pod namespace, or returns nil when it can.
 func kernelRefusal(path string) error {
-	err := checkWritable(path)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, unix.ENOENT):
-		return sysctl.ErrMissing
-	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-		return sysctl.ErrReadOnly
-	case errors.Is(err, unix.EISDIR):
-		return sysctl.ErrNotASysctl
-	case errors.Is(err, errNotRegular):
-		return err
+	if err := checkWritable(path); err != nil {
+		return openRefusal(err)
 	}
-	return fmt.Errorf("cannot be opened for writing in a fresh pod namespace: %w", err)
+	return nil
 }
 
 // errNotRegular marks a path that opened but is not a regular file, so not

@@ -10,10 +10,16 @@ import (
 // plugin re-executes itself: dispatch before the tests run.
 func TestMain(m *testing.M) {
 	if IsHelper(os.Args) {
+		afterWrite = pauseAtFIFO
 		os.Exit(RunHelper(os.Args))
 	}
 	if len(os.Args) > 0 {
 		switch os.Args[0] {
+		case userNSHostArg0:
+			os.Exit(userNSHost())
+		case probeUserKeysArg0:
+			afterWrite = pauseAtFIFO
+			os.Exit(probeUserKeysAndPrint())
 		case reportFilesArg0:
 			os.Exit(reportFiles())
 		case noUserNamespacesArg0:

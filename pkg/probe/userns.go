@@ -33,6 +33,10 @@ var ErrDeniedInUserNamespace = errors.New("permission denied")
 // set to 0: no pod can have one there either.
 var ErrUserNamespacesDisabled = errors.New("this node lets no user namespace be created (user.max_user_namespaces)")
 
+// errHelperNotStarted marks a helper that could not be started (no
+// user namespace could be created for it, for example).
+var errHelperNotStarted = errors.New("starting the helper")
+
 // helperTimeout bounds one run of the helper; UserNamespace retries once.
 const helperTimeout = 5 * time.Second
 
@@ -102,9 +106,30 @@ func runHelper(arg0 string, timeout time.Duration, values map[sysctl.Writer]map[
 		Refused: map[sysctl.Writer]map[string]error{sysctl.WriterInPod: {}, sysctl.WriterHost: {}},
 		Stored:  map[sysctl.Writer]map[string]map[string]sysctl.Stored{sysctl.WriterInPod: {}, sysctl.WriterHost: {}},
 	}
-	if len(values[sysctl.WriterInPod]) == 0 {
+	inPod := values[sysctl.WriterInPod]
+	if len(inPod) == 0 {
 		return res, nil
 	}
+	err := talkToHelper(arg0, timeout, inPod,
+		func(line string) error { return readAnswer(line, inPod, res) },
+		func(pid int) error {
+			var hostErr error
+			nsthread.Run(func() { hostErr = probeAsHost(pid, values[sysctl.WriterHost], res) })
+			return hostErr
+		})
+	if err != nil {
+		return UserNamespaceResult{}, err
+	}
+	return res, nil
+}
+
+// talkToHelper starts the helper under arg0 in fresh namespaces, sends it
+// each name with its values, hands each line of its answer to answer, and
+// once it has answered all, calls then (if not nil) with its pid while it
+// still holds its namespaces. The helper is killed after timeout, and in
+// any case before talkToHelper returns: whatever it wrote lived in
+// namespaces only it held.
+func talkToHelper(arg0 string, timeout time.Duration, values map[string][]string, answer func(line string) error, then func(pid int) error) error {
 	// The helper's Pdeathsig fires when the forking thread exits, and
 	// nsthread ends threads on purpose: fork from a thread that nothing
 	// else runs on until the helper is reaped.
@@ -115,25 +140,28 @@ func runHelper(arg0 string, timeout time.Duration, values map[sysctl.Writer]map[
 	defer cancel()
 	cmd, err := newHelper(ctx, arg0)
 	if err != nil {
-		return UserNamespaceResult{}, err
+		return err
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return UserNamespaceResult{}, err
+		return err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return UserNamespaceResult{}, err
+		return err
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := startHelper(cmd); err != nil {
 		if errors.Is(err, unix.ENOSPC) {
-			return UserNamespaceResult{}, fmt.Errorf("%w: starting the helper: %w", ErrUserNamespacesDisabled, err)
+			return fmt.Errorf("%w: starting the helper: %w", ErrUserNamespacesDisabled, err)
 		}
-		return UserNamespaceResult{}, fmt.Errorf("starting the helper: %w", err)
+		return fmt.Errorf("%w: %w", errHelperNotStarted, err)
 	}
-	convErr := converse(cmd.Process.Pid, stdin, stdout, values, res)
+	convErr := converse(stdin, stdout, values, answer)
+	if convErr == nil && then != nil {
+		convErr = then(cmd.Process.Pid)
+	}
 	// Done or failed, the helper now only holds its namespaces: kill it
 	// rather than wait for a clean exit (a race-detector build sleeps a
 	// second on exit).
@@ -141,44 +169,35 @@ func runHelper(arg0 string, timeout time.Duration, values map[sysctl.Writer]map[
 	waitErr := cmd.Wait()
 	switch {
 	case convErr == nil:
-		return res, nil
+		return nil
 	case ctx.Err() != nil:
-		return UserNamespaceResult{}, fmt.Errorf("the helper did not finish within %s", timeout)
+		return fmt.Errorf("the helper did not finish within %s", timeout)
 	}
-	return UserNamespaceResult{}, fmt.Errorf("%w (helper: %w: %s)", convErr, waitErr, strings.TrimSpace(stderr.String()))
+	return fmt.Errorf("%w (helper: %w: %s)", convErr, waitErr, strings.TrimSpace(stderr.String()))
 }
 
-// converse sends the names and runc's values, reads the helper's answers
-// (runc's view), then checks host root's view in the namespaces the helper
-// holds.
-func converse(pid int, stdin io.Writer, stdout io.Reader, values map[sysctl.Writer]map[string][]string, res UserNamespaceResult) error {
-	inPod := values[sysctl.WriterInPod]
+// converse sends the names and their values and hands each line of the
+// helper's answer to answer, until the helper says it is ready.
+func converse(stdin io.Writer, stdout io.Reader, values map[string][]string, answer func(line string) error) error {
 	var req strings.Builder
-	for _, name := range sortedNames(inPod) {
-		req.WriteString(encodeRequest(name, inPod[name]) + "\n")
+	for _, name := range sortedNames(values) {
+		req.WriteString(encodeRequest(name, values[name]) + "\n")
 	}
 	req.WriteString("\n")
 	if _, err := io.WriteString(stdin, req.String()); err != nil {
 		return fmt.Errorf("sending names to the helper: %w", err)
 	}
 	sc := bufio.NewScanner(stdout)
-	ready := false
 	for sc.Scan() {
 		line := sc.Text()
 		if line == helperReady {
-			ready = true
-			break
+			return nil
 		}
-		if err := readAnswer(line, inPod, res); err != nil {
+		if err := answer(line); err != nil {
 			return err
 		}
 	}
-	if !ready {
-		return fmt.Errorf("the helper ended before reporting")
-	}
-	var hostErr error
-	nsthread.Run(func() { hostErr = probeAsHost(pid, values[sysctl.WriterHost], res) })
-	return hostErr
+	return fmt.Errorf("the helper ended before reporting")
 }
 
 // readAnswer takes one line of the helper's answer into res.

@@ -42,9 +42,17 @@ func restorer(path string) func() {
 	return func() { _ = writeSysctl(path, first) }
 }
 
+// afterWrite, when set, is called after each write the kernel took and
+// before anything else is written or read. Only tests set it: to stop the
+// probe between a write and its restore.
+var afterWrite func(path string)
+
 func tryValue(path, value string) sysctl.Stored {
 	if err := writeSysctl(path, value); err != nil {
 		return sysctl.Stored{Err: err}
+	}
+	if afterWrite != nil {
+		afterWrite(path)
 	}
 	text, err := readSysctl(path)
 	if err != nil {
