@@ -579,6 +579,10 @@ func TestTemplateRefusesBadValues(t *testing.T) {
 		{"prometheusRule.alerts.down.for=5 minutes", "for"},
 		{"prometheusRule.alerts.bogus.enabled=true", "bogus"},
 		{"podMonitor.interval=often", "interval"},
+		{"networkPolicy.scrapers.namespace=Not_A_Namespace", "namespace"},
+		{"networkPolicy.scrapers.namespaceSelector.matchLabels.team=x", "namespaceSelector"},
+		{"probes.readiness.timeoutSeconds=0", "timeoutSeconds"},
+		{"probes.liveness.timeoutSeconds=soon", "timeoutSeconds"},
 	} {
 		out, err := renderText(t, tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -667,14 +671,26 @@ func TestTemplateNetworkPolicy(t *testing.T) {
 		t.Fatalf("ingress %v, want one rule", ingress)
 	}
 	rule := ingress[0].(obj)
-	from := rule["from"].([]any)[0].(obj)
+	froms := rule["from"].([]any)
 	ports := rule["ports"].([]any)
-	if get(from, "podSelector", "matchLabels", "app.kubernetes.io/name") != "prometheus" || len(ports) != 1 || get(ports[0].(obj), "port") != 9183 {
+	if len(froms) != 1 || get(froms[0], "podSelector", "matchLabels", "app.kubernetes.io/name") != "prometheus" || len(ports) != 1 || get(ports[0].(obj), "port") != 9183 {
 		t.Errorf("ingress %v: want only pods labelled app.kubernetes.io/name=prometheus, on port 9183", rule)
 	}
-	custom := find(t, render(t, "networkPolicy.scrapers.podSelector.matchLabels.app=vmagent", "metrics.port=9200"), "NetworkPolicy")
-	if rule := get(custom, "spec", "ingress").([]any)[0].(obj); get(rule["from"].([]any)[0].(obj), "podSelector", "matchLabels", "app") != "vmagent" || get(rule["ports"].([]any)[0].(obj), "port") != 9200 {
+	// Issue 33, item 7: a pod label alone admits any pod whose author sets
+	// it, in any namespace. The one namespace named, by the label the API
+	// server sets to its name, in the same peer (AND, not a second peer).
+	wantNS := obj{"matchLabels": obj{"kubernetes.io/metadata.name": "monitoring"}}
+	if got := get(froms[0], "namespaceSelector"); !reflect.DeepEqual(got, wantNS) {
+		t.Errorf("namespaceSelector %v, want %v: only the namespace named, not any", got, wantNS)
+	}
+	custom := find(t, render(t, "networkPolicy.scrapers.podSelector.matchLabels.app=vmagent", "networkPolicy.scrapers.namespace=observability", "metrics.port=9200"), "NetworkPolicy")
+	if rule := get(custom, "spec", "ingress").([]any)[0].(obj); get(rule["from"].([]any)[0].(obj), "podSelector", "matchLabels", "app") != "vmagent" ||
+		get(rule["from"].([]any)[0].(obj), "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name") != "observability" || get(rule["ports"].([]any)[0].(obj), "port") != 9200 {
 		t.Errorf("custom scrapers: %v", rule)
+	}
+	// No namespace: refused at render, not "any namespace".
+	if out, err := renderText(t, "networkPolicy.scrapers.namespace="); err == nil || !strings.Contains(err.Error(), "networkPolicy.scrapers.namespace") {
+		t.Errorf("networkPolicy.scrapers.namespace empty: err %v, want one naming the value\n%s", err, out)
 	}
 	for _, sets := range [][]string{{"networkPolicy.enabled=false"}, {"metrics.enabled=false"}} {
 		if np := find(t, render(t, sets...), "NetworkPolicy"); np != nil {
@@ -726,12 +742,12 @@ func TestTemplateNodePolicy(t *testing.T) {
 	for _, want := range []string{
 		"request.userInfo.extra['authentication.kubernetes.io/node-name']", "object.metadata.name in variables.boundNode",
 		`t.key == "nri-sysctl.io/not-ready" && t.effect == 'NoSchedule'`, "oldObject.spec.?taints",
-		"object.spec.?unschedulable", "object.metadata.?labels", "object.metadata.?annotations",
 	} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("the policy's expressions lack %q:\n%s", want, all.String())
 		}
 	}
+	checkNodePolicyComparesWholeNode(t, policy)
 	// Another service account name: the policy follows it.
 	custom := find(t, render(t, "serviceAccount.name=sysctl-agent"), "ValidatingAdmissionPolicy")
 	if got := get(asList(get(custom, "spec", "matchConditions"))[0], "expression"); got != `request.userInfo.username == "system:serviceaccount:nri-sysctl:sysctl-agent"` {
@@ -746,6 +762,88 @@ func TestTemplateNodePolicy(t *testing.T) {
 	// Turning the policy off leaves the ClusterRole as it was.
 	if role := find(t, render(t, "nodePolicy.enabled=false"), "ClusterRole"); role == nil {
 		t.Error("nodePolicy.enabled=false dropped the ClusterRole")
+	}
+}
+
+// Issue 33, item 7: the node policy named spec and metadata fields one by
+// one (a field a later Kubernetes adds was not covered) and ignored
+// managedFields. It compares the whole node now: every key of spec but
+// taints, of metadata but resourceVersion and managedFields, and every
+// other top-level key, present before and after and equal; and
+// managedFields, where only the plugin's own entry (manager nri-sysctl,
+// Update) may change, owning only the taints, and the others may only lose
+// the taints. What the API server makes of it: TestK8sFleet.
+func checkNodePolicyComparesWholeNode(t *testing.T, policy obj) {
+	t.Helper()
+	vars := map[string]string{}
+	for _, v := range asList(get(policy, "spec", "variables")) {
+		vars[fmt.Sprint(get(v, "name"))] = fmt.Sprint(get(v, "expression"))
+	}
+	var rules []string
+	for _, v := range asList(get(policy, "spec", "validations")) {
+		rules = append(rules, fmt.Sprint(get(v, "expression")))
+	}
+	for name, want := range map[string]string{
+		"spec": "dyn(object).?spec.orValue({})", "oldSpec": "dyn(oldObject).?spec.orValue({})",
+		"meta": "dyn(object.metadata)", "oldMeta": "dyn(oldObject.metadata)",
+		"managedFields": "dyn(object.metadata).?managedFields.orValue([])", "oldManagedFields": "dyn(oldObject.metadata).?managedFields.orValue([])",
+		"taintsChanged": "variables.taintsAfter != variables.taintsBefore",
+	} {
+		if vars[name] != want {
+			t.Errorf("variable %s = %q, want %q", name, vars[name], want)
+		}
+	}
+	has := func(what string, parts ...string) {
+		t.Helper()
+		for _, r := range rules {
+			ok := true
+			for _, p := range parts {
+				ok = ok && strings.Contains(r, p)
+			}
+			if ok {
+				return
+			}
+		}
+		t.Errorf("no validation %s: none has all of %q", what, parts)
+	}
+	has("compares every key of the spec but taints, both ways",
+		"variables.spec.all(k, k == 'taints' || (k in variables.oldSpec && variables.spec[k] == variables.oldSpec[k]))",
+		"variables.oldSpec.all(k, k == 'taints' || k in variables.spec)")
+	has("compares every top-level key but spec and metadata, both ways",
+		"dyn(object).all(k, k in ['spec', 'metadata'] || (k in dyn(oldObject) && dyn(object)[k] == dyn(oldObject)[k]))",
+		"dyn(oldObject).all(k, k in ['spec', 'metadata'] || k in dyn(object))")
+	has("compares every key of the metadata but resourceVersion and managedFields, both ways",
+		"variables.meta.all(k, k in ['managedFields', 'resourceVersion'] || (k in variables.oldMeta && variables.meta[k] == variables.oldMeta[k]))",
+		"variables.oldMeta.all(k, k in ['managedFields', 'resourceVersion'] || k in variables.meta)")
+	plugin := `e.?manager.orValue('') == "nri-sysctl" && e.?operation.orValue('') == 'Update' && e.?subresource.orValue('') == ''`
+	has("pins the plugin's own managedFields entry to the taints",
+		"variables.managedFields.all(e, !(("+plugin+"))", "e.?fieldsV1.orValue({}) == {'f:spec': {'f:taints': {}}}")
+	has("keeps every other managedFields entry, both ways",
+		"variables.managedFields.all(e, ("+plugin+") || variables.oldManagedFields.exists(o, (e.all(k, k == 'fieldsV1' || (k in o && e[k] == o[k]))",
+		"variables.oldManagedFields.all(o, (", "variables.managedFields.exists(e, (e.all(k, k == 'fieldsV1'",
+		"(f == 'f:taints' && variables.taintsChanged)")
+	// No field is named one by one any more.
+	for _, r := range rules {
+		for _, named := range []string{"unschedulable", "podCIDR", "providerID", "configSource", "?labels", "?annotations", "?finalizers", "?ownerReferences"} {
+			if strings.Contains(r, named) {
+				t.Errorf("a validation names %s (a field list misses what a later Kubernetes adds):\n%s", named, r)
+			}
+		}
+	}
+}
+
+// Issue 33, item 7: the probes' timeouts are explicit (Kubernetes'
+// default, 1 s, was exceeded under a connection flood) and set by values.
+func TestTemplateProbeTimeouts(t *testing.T) {
+	d, _ := renderDaemonSet(t)
+	for probe, want := range map[string]int{"readinessProbe": 5, "livenessProbe": 5} {
+		if got := get(d.ctr, probe, "timeoutSeconds"); got != want {
+			t.Errorf("%s.timeoutSeconds = %v, want %d", probe, got, want)
+		}
+	}
+	d, _ = renderDaemonSet(t, "probes.readiness.timeoutSeconds=3", "probes.liveness.timeoutSeconds=8")
+	if r, l := get(d.ctr, "readinessProbe", "timeoutSeconds"), get(d.ctr, "livenessProbe", "timeoutSeconds"); r != 3 || l != 8 {
+		t.Errorf("probes.*.timeoutSeconds 3 and 8: readiness %v, liveness %v", r, l)
 	}
 }
 

@@ -108,7 +108,10 @@ func TestTemplatePodMonitor(t *testing.T) {
 	rule := asList(get(np, "spec", "ingress"))[0].(obj)
 	from := asList(rule["from"])[0].(obj)
 	operatorPrometheusPod := obj{"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by": "prometheus-operator", "prometheus": "k8s"}
-	if !matches(from["podSelector"].(obj), operatorPrometheusPod) || get(asList(rule["ports"])[0], "port") != port["containerPort"] {
+	// ... in the namespace named (kubernetes.io/metadata.name is set on every
+	// namespace by the API server).
+	monitoringNamespace := obj{"kubernetes.io/metadata.name": "monitoring"}
+	if !matches(from["podSelector"].(obj), operatorPrometheusPod) || !matches(from["namespaceSelector"].(obj), monitoringNamespace) || get(asList(rule["ports"])[0], "port") != port["containerPort"] {
 		t.Errorf("the NetworkPolicy %v does not admit the operator's Prometheus pods on port %v", rule, port["containerPort"])
 	}
 	if !matches(get(np, "spec", "podSelector").(obj), pod) {

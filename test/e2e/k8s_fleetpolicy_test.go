@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,10 +34,27 @@ import (
 const tolerateMissingPluginsAnnotation = "tolerate-missing-plugins.nri.io"
 
 // tokenClient sends API requests with a bearer token (no client
-// certificate), as a pod does.
+// certificate), as a pod does, and the plugin's User-Agent: the API server
+// records a patch without ?fieldManager under the User-Agent's part before
+// the "/" (nri-sysctl), the managedFields entry the chart's node policy
+// lets the plugin write.
 type tokenClient struct {
 	server, token string
 	http          *http.Client
+}
+
+// pluginUserAgent is what pkg/kubeapi sends, nri-sysctl/<version>.
+const pluginUserAgent = "nri-sysctl/e2e"
+
+type userAgentTransport struct {
+	agent string
+	next  http.RoundTripper
+}
+
+func (u userAgentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("User-Agent", u.agent)
+	return u.next.RoundTrip(req)
 }
 
 func (k *k8sCluster) tokenClient(t *testing.T, token string) tokenClient {
@@ -45,6 +63,7 @@ func (k *k8sCluster) tokenClient(t *testing.T, token string) tokenClient {
 	if err != nil {
 		t.Fatal(err)
 	}
+	client.Transport = userAgentTransport{agent: pluginUserAgent, next: client.Transport}
 	return tokenClient{server: k.server, token: token, http: client}
 }
 
@@ -98,14 +117,32 @@ func (c tokenClient) whoAmI(t *testing.T) (user string, extra map[string][]strin
 // nodeObject is the part of a node the token checks compare.
 type nodeObject struct {
 	Metadata struct {
-		Name        string            `json:"name"`
-		Labels      map[string]string `json:"labels"`
-		Annotations map[string]string `json:"annotations"`
+		Name          string            `json:"name"`
+		Labels        map[string]string `json:"labels"`
+		Annotations   map[string]string `json:"annotations"`
+		Finalizers    []string          `json:"finalizers"`
+		ManagedFields []struct {
+			Manager     string `json:"manager"`
+			Operation   string `json:"operation"`
+			Subresource string `json:"subresource"`
+		} `json:"managedFields"`
 	} `json:"metadata"`
 	Spec struct {
 		Unschedulable bool              `json:"unschedulable"`
+		ProviderID    string            `json:"providerID"`
 		Taints        []json.RawMessage `json:"taints"`
 	} `json:"spec"`
+}
+
+// managers lists the node's managedFields entries (manager, operation,
+// subresource; not their times, which the kubelet's status updates move).
+func (n nodeObject) managers() []string {
+	var m []string
+	for _, e := range n.Metadata.ManagedFields {
+		m = append(m, e.Manager+"/"+e.Operation+"/"+e.Subresource)
+	}
+	sort.Strings(m)
+	return m
 }
 
 func (k *k8sCluster) nodeObject(t *testing.T, name string) nodeObject {
@@ -127,7 +164,7 @@ func (n nodeObject) summary() string {
 			taints = append(taints, string(raw))
 		}
 	}
-	return fmt.Sprintf("labels %v annotations %v unschedulable %v taints %v", n.Metadata.Labels, n.Metadata.Annotations, n.Spec.Unschedulable, taints)
+	return fmt.Sprintf("labels %v annotations %v finalizers %v unschedulable %v providerID %q taints %v", n.Metadata.Labels, n.Metadata.Annotations, n.Metadata.Finalizers, n.Spec.Unschedulable, n.Spec.ProviderID, taints)
 }
 
 func (n nodeObject) taintIndex(key, effect string) int {
@@ -195,10 +232,11 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 	logf("the plugin's pod-bound token: user %s, node-name %v", user, extra["authentication.kubernetes.io/node-name"])
 
 	const jsonPatch, mergePatch = "application/json-patch+json", "application/merge-patch+json"
-	refused := func(what, node, contentType string, patch any) {
+	// refusedAt: the patch, sent to the node's path plus query, is refused.
+	refusedAt := func(what, node, query, contentType string, patch any) {
 		t.Helper()
 		before := k.nodeObject(t, node)
-		data, code, err := plugin.do(http.MethodPatch, "/api/v1/nodes/"+node, contentType, patch)
+		data, code, err := plugin.do(http.MethodPatch, "/api/v1/nodes/"+node+query, contentType, patch)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -212,6 +250,10 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 		if b, a := before.summary(), k.nodeObject(t, node).summary(); b != a {
 			t.Errorf("%s: node %s changed: %s -> %s", what, node, b, a)
 		}
+	}
+	refused := func(what, node, contentType string, patch any) {
+		t.Helper()
+		refusedAt(what, node, "", contentType, patch)
 	}
 	// (a) another node: the very patch the plugin sends for its own, and a label.
 	// A real other node has lost its taint to its own plugin: the admin
@@ -236,6 +278,24 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 	refused("annotating its own node", ownNode, mergePatch, map[string]any{"metadata": map[string]any{"annotations": map[string]string{"e2e-stolen": "yes"}}})
 	refused("adding a taint to its own node", ownNode, jsonPatch, addTaintPatch(k.nodeObject(t, ownNode), "e2e-stolen", "NoExecute"))
 	refused("cordoning its own node", ownNode, mergePatch, map[string]any{"spec": map[string]any{"unschedulable": true}})
+	// Issue 33, item 7: the policy compares the whole node, not a list of
+	// fields; each of these passed the field-by-field policy, or its
+	// metadata part, before.
+	refused("setting its own node's providerID", ownNode, mergePatch, map[string]any{"spec": map[string]any{"providerID": "e2e://stolen"}})
+	const stolenFinalizer = "e2e.nri-sysctl.io/stolen"
+	t.Cleanup(func() {
+		// Only if the policy let it through: the node could not be deleted.
+		if n := k.nodeObject(t, ownNode); slices.Contains(n.Metadata.Finalizers, stolenFinalizer) {
+			k.mustDo(t, http.MethodPatch, "/api/v1/nodes/"+ownNode, mergePatch, map[string]any{"metadata": map[string]any{"finalizers": nil}}, nil)
+		}
+	})
+	refused("adding a finalizer to its own node", ownNode, mergePatch, map[string]any{"metadata": map[string]any{"finalizers": []string{stolenFinalizer}}})
+	// A list with one empty entry is how a client strips managedFields.
+	managersBefore := k.nodeObject(t, ownNode).managers()
+	refused("wiping its own node's managedFields", ownNode, mergePatch, map[string]any{"metadata": map[string]any{"managedFields": []any{map[string]any{}}}})
+	if after := k.nodeObject(t, ownNode).managers(); !equalJSON(after, managersBefore) {
+		t.Errorf("after the refused managedFields wipe: managers %v, before %v", after, managersBefore)
+	}
 
 	// (c) its own node's not-ready taint, put back by the admin: removed.
 	k.mustDo(t, http.MethodPatch, "/api/v1/nodes/"+ownNode, jsonPatch, addTaintPatch(k.nodeObject(t, ownNode), "nri-sysctl.io/not-ready", "NoSchedule"), nil)
@@ -243,6 +303,10 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 	if i = own.taintIndex("nri-sysctl.io/not-ready", "NoSchedule"); i < 0 {
 		t.Fatalf("the admin's taint is not on %s: %s", ownNode, own.Spec.Taints)
 	}
+	// The removal recorded under another field manager (here the
+	// kubelet's, which owned the taints when it registered the node):
+	// refused, since it rewrites that manager's entry.
+	refusedAt("removing the not-ready taint of its own node as field manager kubelet", ownNode, "?fieldManager=kubelet", jsonPatch, removeTaintPatch(own, i))
 	// A token not bound to a pod carries no node: refused even this.
 	unbound := k.tokenClient(t, k.serviceAccountToken(t, pluginNamespace, pluginRelease, nil))
 	if data, code, err := unbound.do(http.MethodPatch, "/api/v1/nodes/"+ownNode, jsonPatch, removeTaintPatch(own, i)); err != nil || code != http.StatusForbidden || !strings.Contains(string(data), "ValidatingAdmissionPolicy") {
