@@ -145,7 +145,7 @@ func TestTemplatePrometheusRule(t *testing.T) {
 		"NriSysctlDown":                      `up{job="nri-sysctl"} == 0`,
 		"NriSysctlAbsent":                    `absent(up{job="nri-sysctl"})`,
 		"NriSysctlNotRegistered":             `nri_sysctl_registered{job="nri-sysctl"} == 0`,
-		"NriSysctlPodLookupFailed":           `increase(nri_sysctl_containers_total{job="nri-sysctl", outcome="lookup_failed"}[15m]) > 0`,
+		"NriSysctlPodLookupFailed":           `increase(nri_sysctl_containers_total{job="nri-sysctl", outcome=~"lookup_failed|timed_out"}[15m]) > 0`,
 		"NriSysctlNamespaceWriteFailed":      `increase(nri_sysctl_containers_total{job="nri-sysctl", outcome="write_failed"}[15m]) > 0`,
 		"NriSysctlContainersLackingDefaults": `nri_sysctl_containers_lacking_defaults{job="nri-sysctl"} > 0`,
 		"NriSysctlConfigRejected":            `increase(nri_sysctl_config_reloads_total{job="nri-sysctl", result="failure"}[15m]) > 0`,
@@ -188,7 +188,7 @@ func TestTemplatePrometheusRule(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"NriSysctlSlowPodLookups":            `> 2`,
-		"NriSysctlPodLookupFailed":           `{job="pods", namespace="x", outcome="lookup_failed"}[1h]`,
+		"NriSysctlPodLookupFailed":           `{job="pods", namespace="x", outcome=~"lookup_failed|timed_out"}[1h]`,
 		"NriSysctlContainersLackingDefaults": `nri_sysctl_containers_lacking_defaults{job="pods", namespace="x"} > 10`,
 	} {
 		if expr, _ := rs[name]["expr"].(string); !strings.Contains(expr, want) {
