@@ -21,9 +21,12 @@ import (
 // mean "no answer".
 var errLeaving = errors.New("nri-sysctl is stopping: container creation refused so that it is retried, not created without the node's sysctl defaults")
 
-// answerLinger is how long the plugin keeps its connection open after the
-// last request under way has returned: long enough for its answer, and
-// for refusals of requests that came meanwhile, to be written.
+// answerLinger is how long no request may have come before the plugin
+// closes its connection: long enough for the last answer, or refusal, to
+// be written, and for a request the runtime sends meanwhile to be refused
+// rather than cut by the close (which NRI takes as no answer: a bare
+// container). Requests that keep coming hold the connection open for at
+// most the runtime's request timeout.
 const answerLinger = 200 * time.Millisecond
 
 // requestGate counts the requests under way, and refuses new ones once
@@ -32,6 +35,8 @@ type requestGate struct {
 	mu      sync.Mutex
 	leaving bool
 	running int
+	// last is when a request last came, admitted or refused.
+	last time.Time
 	// idle is closed when the gate is leaving and nothing runs.
 	idle chan struct{}
 }
@@ -42,15 +47,35 @@ func (g *requestGate) enter() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.leaving {
+		g.last = time.Now()
 		return false
 	}
 	g.running++
 	return true
 }
 
+// quiet waits until no request has come for d, and at most until limit
+// has passed: what the plugin waits before it closes its connection.
+func (g *requestGate) quiet(d, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		g.mu.Lock()
+		wait := time.Until(g.last.Add(d))
+		g.mu.Unlock()
+		if wait <= 0 {
+			return
+		}
+		if time.Until(deadline) <= 0 {
+			return
+		}
+		time.Sleep(min(wait, time.Until(deadline)))
+	}
+}
+
 func (g *requestGate) done() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.last = time.Now()
 	g.running--
 	if g.leaving && g.running == 0 && g.idle != nil {
 		close(g.idle)
@@ -63,6 +88,7 @@ func (g *requestGate) done() {
 func (g *requestGate) leave(timeout time.Duration) bool {
 	g.mu.Lock()
 	g.leaving = true
+	g.last = time.Now() // the linger counts from here at the earliest
 	if g.running == 0 {
 		g.mu.Unlock()
 		return true

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,57 @@ func TestRequestGate(t *testing.T) {
 			}
 		case <-time.After(nriWait):
 			t.Fatal("leave did not return after every request returned")
+		}
+	})
+	// Soak finding (issue 33): a request that reaches the plugin while it
+	// lingers must be refused before the connection closes, not cut by
+	// the close; so the plugin closes only once requests stop coming.
+	t.Run("quiet waits while refused requests keep coming", func(t *testing.T) {
+		var g requestGate
+		g.leave(time.Hour)
+		var lastRefused atomic.Int64
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if g.enter() {
+					t.Error("enter after leave = true")
+				}
+				lastRefused.Store(time.Now().UnixNano())
+			}
+		}()
+		quiet := make(chan time.Time, 1)
+		go func() { g.quiet(100*time.Millisecond, time.Hour); quiet <- time.Now() }()
+		select {
+		case <-quiet:
+			t.Fatal("quiet returned while requests kept coming")
+		case <-time.After(400 * time.Millisecond):
+		}
+		close(stop)
+		var at time.Time
+		select {
+		case at = <-quiet:
+		case <-time.After(nriWait):
+			t.Fatal("quiet did not return once requests stopped")
+		}
+		if last := time.Unix(0, lastRefused.Load()); at.Before(last) {
+			t.Errorf("quiet returned at %v, before the last refused request at %v", at, last)
+		}
+	})
+	t.Run("quiet gives up at its limit", func(t *testing.T) {
+		var g requestGate
+		g.leave(time.Hour)
+		g.enter()
+		done := make(chan struct{})
+		go func() { g.quiet(time.Hour, 10*time.Millisecond); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(nriWait):
+			t.Fatal("quiet did not return at its limit")
 		}
 	})
 	t.Run("leave gives up after its timeout", func(t *testing.T) {

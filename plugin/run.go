@@ -270,7 +270,7 @@ func (p *plugin) leave(s stub.Stub) {
 	if !p.requests.leave(timeout) {
 		p.log.WithField("waited", timeout.String()).Warn("stopping: a request is still under way; closing the connection without its answer")
 	}
-	time.Sleep(answerLinger)
+	p.requests.quiet(answerLinger, timeout)
 	s.Stop()
 }
 
