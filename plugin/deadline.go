@@ -21,10 +21,17 @@ var errLookupRefused = errors.New("nri-sysctl: cannot tell this pod's own sysctl
 // outcomeTimedOut. With onLookupError: fail, a container whose pod could
 // not be looked up or decided for in time is refused instead.
 func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodSandbox, decide func(context.Context) containerResult) containerResult {
-	d := answerInTime(p, ctx, decide, func() containerResult {
-		p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("no decision within the runtime's request deadline: answering without one")
-		return containerResult{outcome: outcomeTimedOut}
-	})
+	var d containerResult
+	if rec.decidesAtOnce() {
+		// Nothing left that waits on I/O: the decision is pure and
+		// bounded, so it needs no watch (the common case, kept cheap).
+		d = decide(ctx)
+	} else {
+		d = answerInTime(p, ctx, decide, func() containerResult {
+			p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("no decision within the runtime's request deadline: answering without one")
+			return containerResult{outcome: outcomeTimedOut}
+		})
+	}
 	if d.err == nil && (d.outcome == outcomeLookupFailed || d.outcome == outcomeTimedOut) && rec.cfg.cfg.OnLookupError == config.OnLookupErrorFail {
 		p.podLog(pod).WithField("outcome", d.outcome.String()).Warn("onLookupError: fail, refusing the container so that it is retried")
 		d.err = fmt.Errorf("pod %s: %w", podName(pod), errLookupRefused)

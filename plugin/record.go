@@ -7,6 +7,7 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
@@ -118,6 +119,15 @@ func (r *podRecord) cachedOwn() (podsysctl.PodSysctls, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.own, r.lookedUp
+}
+
+// decidesAtOnce tells whether a decision for the pod can wait on nothing:
+// its own sysctls are known and, in namespace mode, its namespaces hold
+// what they should.
+func (r *podRecord) decidesAtOnce() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lookedUp && (r.cfg.mode != runtimemode.Namespace || r.writes == writeDone)
 }
 
 // needsWrite tells whether namespace mode still owes the pod its sysctls.
