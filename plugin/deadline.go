@@ -27,7 +27,7 @@ func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodS
 		// bounded, so it needs no watch (the common case, kept cheap).
 		d = decide(ctx)
 	} else {
-		d = answerInTime(p, ctx, decide, func() containerResult {
+		d = answerInTime(ctx, p, decide, func() containerResult {
 			p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("no decision within the runtime's request deadline: answering without one")
 			return containerResult{outcome: outcomeTimedOut}
 		})
@@ -44,7 +44,7 @@ func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodS
 // later: the runtime gets an answer before its own deadline by design,
 // whatever a step does. work's late result is dropped; what it wrote, it
 // recorded (namespace mode), so a pod's next container tells the truth.
-func answerInTime[T any](p *plugin, ctx context.Context, work func(context.Context) T, late func() T) T {
+func answerInTime[T any](ctx context.Context, p *plugin, work func(context.Context) T, late func() T) T {
 	bounded, cancel := p.withinDeadline(ctx)
 	defer cancel()
 	answerBy, _ := bounded.Deadline()

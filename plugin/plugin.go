@@ -84,7 +84,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		go p.prefetch(rec, pod)
 		return nil
 	}
-	return answerInTime(p, ctx, func(ctx context.Context) error {
+	return answerInTime(ctx, p, func(ctx context.Context) error {
 		return p.writePodSandbox(ctx, rec, pod)
 	}, func() error {
 		// Its first container heals what the pod still lacks.

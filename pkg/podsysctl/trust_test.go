@@ -218,10 +218,10 @@ func TestTrustedDialerRefusesAUsersSymlink(t *testing.T) {
 	needRoot(t)
 	root := t.TempDir()
 	run := mkdir(t, filepath.Join(root, "run"), 0o755, 0)
-	real := filepath.Join(run, "containerd.sock")
-	listen(t, real)
+	realSock := filepath.Join(run, "containerd.sock")
+	listen(t, realSock)
 	attacker := mkdir(t, filepath.Join(root, "attacker"), 0o755, nobody)
-	link := symlink(t, real, filepath.Join(attacker, "containerd.sock"), nobody)
+	link := symlink(t, realSock, filepath.Join(attacker, "containerd.sock"), nobody)
 	_, err := TrustedDialer(link, os.Getpid())(context.Background(), "")
 	if err == nil || !strings.Contains(err.Error(), "refusing containerd socket "+link) || !strings.Contains(err.Error(), "owned by uid 65534") {
 		t.Fatalf("dial through the attacker's symlink: %v, want a refusal naming the path and the owner", err)
