@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +62,9 @@ type soakRun struct {
 
 	mu         sync.Mutex
 	faults     []soakFault
-	containers []soakContainer
+	containers []soakContainer // every one created
+	live       []soakContainer // created and not judged yet, oldest first
+	tally      soakTally
 	podIDs     []string
 	refusals   int // refused creations, each retried
 	gaveUp     int // pods whose creation never succeeded
@@ -213,9 +216,9 @@ func (r *soakRun) createPod(spec PodSpec, attacker bool) {
 		if err == nil {
 			if _, err = r.c.crictlRaw("start", id); err == nil {
 				r.mu.Lock()
-				r.containers = append(r.containers, soakContainer{pod: pod.ID, id: id, createStart: start, createEnd: end, refusals: refused, attacker: attacker})
 				r.refusals += refused
 				r.mu.Unlock()
+				r.keepLive(soakContainer{pod: pod.ID, id: id, createStart: start, createEnd: end, refusals: refused, attacker: attacker})
 				return
 			}
 		}
@@ -315,60 +318,88 @@ func (r *soakRun) restartContainerdKeepingPods() {
 	}
 }
 
-// report reads each container's values, classifies it, prints the figures
-// and fails on what must not happen.
-func (r *soakRun) report() {
+// soakLivePods bounds the pods kept running: the test network has 253
+// addresses. Past it the oldest pod is judged (its values read inside it)
+// and removed.
+const soakLivePods = 40
+
+// soakTally is what the judged containers were.
+type soakTally struct {
+	withDefaults, bare, bareAfterTerm, bareUnmatched, wrong, unread int
+}
+
+// keepLive records a container as running, judging and removing the oldest
+// one past soakLivePods.
+func (r *soakRun) keepLive(ctr soakContainer) {
+	r.mu.Lock()
+	r.containers = append(r.containers, ctr)
+	r.live = append(r.live, ctr)
+	var oldest *soakContainer
+	if len(r.live) > soakLivePods {
+		oldest = &r.live[0]
+		r.live = r.live[1:]
+	}
+	r.mu.Unlock()
+	if oldest != nil {
+		r.judge(*oldest)
+		r.c.removePod(oldest.pod)
+		r.mu.Lock()
+		r.podIDs = slices.DeleteFunc(r.podIDs, func(id string) bool { return id == oldest.pod })
+		r.mu.Unlock()
+	}
+}
+
+// judge reads a container's values inside it and counts what it has; a
+// bare one must be explained by a SIGKILL of the plugin during its
+// creation.
+func (r *soakRun) judge(ctr soakContainer) {
 	t, c := r.t, r.c
 	keys := sortedKeys(nodeDefaults)
-	kernel := only(c.kernel, keys...)
+	got, err := c.readSysctlsErr(ctr.id, keys...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err != nil:
+		r.tally.unread++
+		t.Errorf("container %s: cannot read its values: %v", ctr.id, err)
+	case sameValues(got, nodeDefaults):
+		r.tally.withDefaults++
+	case sameValues(got, only(c.kernel, keys...)):
+		r.tally.bare++
+		switch {
+		case r.faultDuring(ctr, "sigkill"):
+			t.Logf("container %s started bare: its CreateContainer (%s to %s) was cut by a SIGKILL of the plugin",
+				ctr.id, ctr.createStart.Format("15:04:05.000"), ctr.createEnd.Format("15:04:05.000"))
+		case r.faultDuring(ctr, "sigterm"):
+			r.tally.bareAfterTerm++
+			t.Errorf("container %s started bare after a SIGTERM:\n%s", ctr.id, r.explainBare(ctr))
+		default:
+			r.tally.bareUnmatched++
+			t.Errorf("container %s started bare, with no SIGKILL during its creation:\n%s", ctr.id, r.explainBare(ctr))
+		}
+	default:
+		r.tally.wrong++
+		t.Errorf("container %s has wrong values: %v, want the defaults %v or the kernel's %v", ctr.id, got, nodeDefaults, only(c.kernel, keys...))
+	}
+}
+
+// report judges the containers still running, prints the figures and
+// fails on what must not happen.
+func (r *soakRun) report() {
+	t, c := r.t, r.c
+	inParallel(r.live, r.judge)
 	count := map[string]int{}
 	for _, f := range r.faults {
 		count[f.kind]++
 	}
-	values := make(map[string]map[string]string, len(r.containers))
-	readErrs := make(map[string]error, len(r.containers))
-	var readMu sync.Mutex
-	inParallel(r.containers, func(ctr soakContainer) {
-		got, err := c.readSysctlsErr(ctr.id, keys...)
-		readMu.Lock()
-		values[ctr.id], readErrs[ctr.id] = got, err
-		readMu.Unlock()
-	})
-	var bare, wrong, unread, withDefaults, bareAfterTerm, bareUnmatched int
-	for _, ctr := range r.containers {
-		got, err := values[ctr.id], readErrs[ctr.id]
-		switch {
-		case err != nil:
-			unread++
-			t.Errorf("container %s: cannot read its values: %v", ctr.id, err)
-		case sameValues(got, nodeDefaults):
-			withDefaults++
-		case sameValues(got, kernel):
-			bare++
-			killed, termed := r.faultDuring(ctr, "sigkill"), r.faultDuring(ctr, "sigterm")
-			switch {
-			case killed:
-				t.Logf("container %s started bare: its CreateContainer (%s to %s) was cut by a SIGKILL of the plugin",
-					ctr.id, ctr.createStart.Format("15:04:05.000"), ctr.createEnd.Format("15:04:05.000"))
-			case termed:
-				bareAfterTerm++
-				t.Errorf("container %s started bare after a SIGTERM:\n%s", ctr.id, r.explainBare(ctr))
-			default:
-				bareUnmatched++
-				t.Errorf("container %s started bare, with no SIGKILL during its creation:\n%s", ctr.id, r.explainBare(ctr))
-			}
-		default:
-			wrong++
-			t.Errorf("container %s has wrong values: %v, want the defaults %v or the kernel's %v", ctr.id, got, nodeDefaults, kernel)
-		}
-	}
+	n := r.tally
 	t.Logf("soak figures (containerd %s, fail-closed, %s):", c.version, os.Getenv(soakEnv))
 	t.Logf("  faults: %d SIGTERM, %d SIGKILL, %d containerd restarts, %d good reloads, %d refused reloads, %d attacker pods; plugin started %d times",
 		count["sigterm"], count["sigkill"], count["containerd"], count["reload-good"], count["reload-refused"], count["attacker"], r.starts)
 	t.Logf("  pods: %d created, %d creations refused and then retried, %d given up after %s of retries", len(r.containers), r.refusals, r.gaveUp, soakGiveUp)
 	t.Logf("  containers: %d with the defaults, %d started bare (%d matched to a SIGKILL, %d after a SIGTERM, %d unmatched), %d with wrong values, %d unread",
-		withDefaults, bare, bare-bareAfterTerm-bareUnmatched, bareAfterTerm, bareUnmatched, wrong, unread)
-	t.Logf("  still lacking the defaults at the end: %d", bare)
+		n.withDefaults, n.bare, n.bare-n.bareAfterTerm-n.bareUnmatched, n.bareAfterTerm, n.bareUnmatched, n.wrong, n.unread)
+	t.Logf("  still lacking the defaults at the end: %d", n.bare)
 	t.Logf("  plugin peak: %d KiB resident (VmHWM), %d open files", r.peakRSSKiB, r.peakFDs)
 	if len(r.containers) == 0 {
 		t.Error("no container was created")
