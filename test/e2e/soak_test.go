@@ -370,7 +370,7 @@ func (r *soakRun) judge(ctr soakContainer) {
 		case r.faultDuring(ctr, "sigkill"):
 			t.Logf("container %s started bare: its CreateContainer (%s to %s) was cut by a SIGKILL of the plugin",
 				ctr.id, ctr.createStart.Format("15:04:05.000"), ctr.createEnd.Format("15:04:05.000"))
-		case r.faultDuring(ctr, "sigterm"):
+		case r.sigtermBefore(ctr):
 			r.tally.bareAfterTerm++
 			t.Errorf("container %s started bare after a SIGTERM:\n%s", ctr.id, r.explainBare(ctr))
 		default:
@@ -452,3 +452,20 @@ func inParallel[T any](items []T, do func(T)) {
 	close(work)
 	wg.Wait()
 }
+
+// sigtermBefore tells whether a SIGTERM of the plugin came during ctr's
+// creation or up to soakLeaveWindow before it: a stopping plugin keeps its
+// connection for up to the request timeout (2 s) while it refuses new
+// requests, and its close can cut a creation that starts meanwhile.
+func (r *soakRun) sigtermBefore(ctr soakContainer) bool {
+	for _, f := range r.faults {
+		if f.kind == "sigterm" && !f.at.Before(ctr.createStart.Add(-soakLeaveWindow)) && !f.at.After(ctr.createEnd.Add(100*time.Millisecond)) {
+			return true
+		}
+	}
+	return false
+}
+
+// soakLeaveWindow is how long before a creation a SIGTERM counts as its
+// cause: the request timeout and the close.
+const soakLeaveWindow = 2500 * time.Millisecond
