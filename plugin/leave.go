@@ -75,7 +75,10 @@ func (g *requestGate) quiet(d, limit time.Duration) {
 func (g *requestGate) done() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.last = time.Now()
+	if g.leaving {
+		// Only a stopping plugin's linger reads it (quiet).
+		g.last = time.Now()
+	}
 	g.running--
 	if g.leaving && g.running == 0 && g.idle != nil {
 		close(g.idle)

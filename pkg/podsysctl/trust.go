@@ -30,7 +30,14 @@ func TrustedSocketPath(path string) error {
 }
 
 func trustedWalk(path string, links int) error {
-	if err := trustedComponent("/", false); err != nil {
+	var root unix.Stat_t
+	if err := unix.Lstat("/", &root); err != nil {
+		return fmt.Errorf("/: %w", err)
+	}
+	if root.Uid != 0 {
+		return fmt.Errorf("/ is owned by uid %d, not root", root.Uid)
+	}
+	if err := trustedDir("/", root); err != nil {
 		return err
 	}
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
@@ -62,7 +69,7 @@ func trustedWalk(path string, links int) error {
 			if last {
 				return fmt.Errorf("%s is a directory, not a socket", next)
 			}
-			if err := trustedComponent(next, true); err != nil {
+			if err := trustedDir(next, st); err != nil {
 				return err
 			}
 		case unix.S_IFSOCK:
@@ -77,16 +84,9 @@ func trustedWalk(path string, links int) error {
 	return nil
 }
 
-// trustedComponent checks a directory (lstat'ed already when checked):
-// root's, and writable by group or others only when sticky.
-func trustedComponent(dir string, checked bool) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
-	}
-	if !checked && st.Uid != 0 {
-		return fmt.Errorf("%s is owned by uid %d, not root", dir, st.Uid)
-	}
+// trustedDir checks a root-owned directory's mode, from its lstat:
+// writable by group or others only when sticky.
+func trustedDir(dir string, st unix.Stat_t) error {
 	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
 		return fmt.Errorf("%s is writable by group or others (mode %04o)", dir, st.Mode&0o7777)
 	}

@@ -352,7 +352,7 @@ func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decisi
 // annotation is over a bound, or names a profile no config can have.
 func askedProfiles(asked string) (names []string, refusal string) {
 	if len(asked) > MaxProfilesAnnotationBytes {
-		return nil, fmt.Sprintf("%s %d bytes long, over the %d allowed", ReasonProfilesRefused, len(asked), MaxProfilesAnnotationBytes)
+		return nil, fmt.Sprintf("%s is %d bytes long, over the %d allowed", ReasonProfilesRefused, len(asked), MaxProfilesAnnotationBytes)
 	}
 	seen := make(map[string]bool, MaxProfilesAsked)
 	for rest := asked; rest != ""; {

@@ -42,7 +42,7 @@ const (
 	ReasonWriteFailed       = "write failed"
 	ReasonProfileUnknown    = "no such profile"
 	ReasonProfileNotAllowed = "not allowed"
-	ReasonProfilesRefused   = "no profile applied: the annotation is"
+	ReasonProfilesRefused   = "no profile applied: the annotation"
 )
 
 var skipCodes = [NumSkipCodes]struct{ label, text string }{
