@@ -146,14 +146,3 @@ func (p *plugin) writePodSandbox(ctx context.Context, rec *podRecord, pod *api.P
 	}
 	return nil
 }
-
-// ownNetworkPath is the path of the pod's own network namespace, or "" for
-// a pod on the host's network (its sandbox list has no network entry).
-func ownNetworkPath(pod *api.PodSandbox) string {
-	for _, ns := range pod.GetLinux().GetNamespaces() {
-		if kind, ok := sysctl.NamespaceByOCIName(ns.GetType()); ok && kind == sysctl.Net {
-			return ns.GetPath()
-		}
-	}
-	return ""
-}

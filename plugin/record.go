@@ -39,14 +39,13 @@ type podRecord struct {
 	profilesReported bool
 
 	// Namespace mode only.
-	// sandbox is the pod's process as first seen, with a pidfd taken
-	// then (closed when the record is dropped) and the pod's network
-	// namespace: every write through its pid checks it is still that
-	// process (podns.Process).
-	sandbox   podns.Process
-	written   []sysctl.Sysctl    // keys really in the pod's namespaces
-	writeErrs []podns.WriteError // keys the last attempt failed on
-	writes    writeState
+	// sandboxPid is the pod's process as first seen, and sandboxPidfd a
+	// pidfd taken then (0 if none; closed when the record is dropped):
+	// every write through the pid checks it is still that process.
+	sandboxPid, sandboxPidfd int
+	written                  []sysctl.Sysctl    // keys really in the pod's namespaces
+	writeErrs                []podns.WriteError // keys the last attempt failed on
+	writes                   writeState
 }
 
 // writeState is where a namespace-mode pod stands.
@@ -168,37 +167,29 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 }
 
 // holdSandbox keeps the pod's process as first seen (namespace mode).
-func (r *podRecord) holdSandbox(pid int, netPath string) {
-	r.sandbox = podns.Process{Pid: pid, NetPath: netPath}
+func (r *podRecord) holdSandbox(pid int) {
+	r.sandboxPid = pid
 	if pid <= 0 {
 		return
 	}
 	if fd, err := podns.OpenPidfd(pid); err == nil {
-		r.sandbox.Pidfd = fd
+		r.sandboxPidfd = fd
 	}
 }
 
 // anchor makes target's pid-based namespaces those of the process first
-// seen: a pidfd of its own (a dup of the record's, closed by the returned
-// function, so that a record dropped meanwhile cannot close it under the
-// writer) and the pod's network namespace.
+// seen (podns.Target.HeldBy): through a pidfd of its own (a dup of the
+// record's, closed by the returned function, so that a record dropped
+// meanwhile cannot close it under the writer), and only while it is in
+// the pod's network namespace, target's own.
 func (r *podRecord) anchor(target podns.Target) (release func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dup := -1
-	if r.sandbox.Pidfd > 0 {
-		dup, _ = unix.FcntlInt(uintptr(r.sandbox.Pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	if r.sandboxPidfd > 0 {
+		dup, _ = unix.FcntlInt(uintptr(r.sandboxPidfd), unix.F_DUPFD_CLOEXEC, 0)
 	}
-	for ns, ref := range target {
-		if ref.Path != "" || ref.Pid != r.sandbox.Pid {
-			continue
-		}
-		ref.NetPath = r.sandbox.NetPath
-		if dup > 0 {
-			ref.Pidfd = dup
-		}
-		target[ns] = ref
-	}
+	target.HeldBy(podns.Process{Pid: r.sandboxPid, Pidfd: dup, NetPath: target[sysctl.Net].Path})
 	return func() {
 		if dup > 0 {
 			unix.Close(dup)
@@ -211,9 +202,9 @@ func (r *podRecord) anchor(target podns.Target) (release func()) {
 func (r *podRecord) release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.sandbox.Pidfd > 0 {
-		unix.Close(r.sandbox.Pidfd)
-		r.sandbox.Pidfd = 0
+	if r.sandboxPidfd > 0 {
+		unix.Close(r.sandboxPidfd)
+		r.sandboxPidfd = 0
 	}
 }
 

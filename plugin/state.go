@@ -131,7 +131,7 @@ func (p *plugin) record(pod *api.PodSandbox) *podRecord {
 	return p.records.get(pod.GetId(), func() *podRecord {
 		rec := &podRecord{cfg: p.current.Load()}
 		if rec.cfg.mode == runtimemode.Namespace && !rec.cfg.policy.Empty() {
-			rec.holdSandbox(int(pod.GetPid()), ownNetworkPath(pod))
+			rec.holdSandbox(int(pod.GetPid()))
 		}
 		return rec
 	})

@@ -61,12 +61,28 @@ func PidTarget(p Process, owns func(sysctl.Namespace) bool) Target {
 	t := Target{}
 	for _, ns := range enterable {
 		if owns(ns) {
-			t[ns] = NamespaceRef{Pid: p.Pid, Pidfd: p.Pidfd, NetPath: p.NetPath}
+			t[ns] = NamespaceRef{Pid: p.Pid}
 		}
 	}
-	if net, ok := t[sysctl.Net]; ok && p.NetPath != "" {
-		net.Path = p.NetPath
-		t[sysctl.Net] = net
+	if _, ok := t[sysctl.Net]; ok && p.NetPath != "" {
+		t[sysctl.Net] = NamespaceRef{Path: p.NetPath}
 	}
+	t.HeldBy(p)
 	return t
+}
+
+// HeldBy makes t's namespaces reached through p's pid those of p as first
+// seen: through its pidfd (when it has one), and only while it is still in
+// the pod's network namespace p.NetPath.
+func (t Target) HeldBy(p Process) {
+	for ns, ref := range t {
+		if ref.Path != "" || ref.Pid != p.Pid {
+			continue
+		}
+		if p.Pidfd > 0 {
+			ref.Pidfd = p.Pidfd
+		}
+		ref.NetPath = p.NetPath
+		t[ns] = ref
+	}
 }
