@@ -8,11 +8,22 @@ import (
 
 // Leaving NRI without losing an answer. When a plugin's connection closes
 // while the runtime waits for its answer, NRI (pkg/adaptation, v0.8 to
-// v0.12) drops the plugin and goes on as if it had answered nothing: the
-// container is created without the plugin's sysctls, and a required
-// plugin (fail-closed) still counts as having been asked. So on SIGTERM
-// the plugin first refuses new requests, lets those under way answer,
-// lingers until their answers are written, and only then closes.
+// v0.12) drops the plugin and goes on as if it had answered nothing. And a
+// plugin whose connection closed between requests stays in the runtime's
+// list until the end of the next request, whatever its kind: if that is a
+// CreateContainer, the closed plugin is asked, answers nothing, and still
+// counts as present for a required plugin (fail-closed). Either way the
+// container is created without the plugin's sysctls.
+//
+// So on SIGTERM the plugin refuses new containers, lets the requests under
+// way answer, and then closes its connection while it holds a request
+// whose lost answer costs nothing: a RunPodSandbox (the pod's first
+// container is refused meanwhile, and whoever answers its retry gives it
+// what it lacks) or a RemovePodSandbox. NRI takes the close as that
+// request's answer and drops the plugin at its end, so the next
+// CreateContainer finds no plugin and a fail-closed runtime refuses it.
+// Only where no pod starts or goes for leaveWait does the plugin close
+// between requests, and then says so.
 
 // errLeaving fails a CreateContainer that arrives while the plugin is
 // leaving. The runtime fails that container (the kubelet retries it) and
@@ -21,12 +32,16 @@ import (
 // mean "no answer".
 var errLeaving = errors.New("nri-sysctl is stopping: container creation refused so that it is retried, not created without the node's sysctl defaults")
 
-// answerLinger is how long no request may have come before the plugin
-// closes its connection: long enough for the last answer, or refusal, to
-// be written, and for a request the runtime sends meanwhile to be refused
-// rather than cut by the close (which NRI takes as no answer: a bare
-// container). Requests that keep coming hold the connection open for at
-// most the runtime's request timeout.
+// leaveWait is how long a stopping plugin waits for a pod to start or go,
+// to close its connection inside that request. Within the chart's
+// termination grace period (10 s) with the request timeout twice over.
+const leaveWait = 4 * time.Second
+
+// answerLinger is how long no request may have come before a plugin that
+// closes between requests does: long enough for the last answer, or
+// refusal, to be written, and for a request the runtime sends meanwhile to
+// be refused rather than cut by the close. Requests that keep coming hold
+// the connection open for at most the runtime's request timeout.
 const answerLinger = 200 * time.Millisecond
 
 // requestGate counts the requests under way, and refuses new ones once
@@ -39,6 +54,10 @@ type requestGate struct {
 	last time.Time
 	// idle is closed when the gate is leaving and nothing runs.
 	idle chan struct{}
+	// closeOffers carries, from a request whose lost answer costs
+	// nothing, the channel it waits on until the connection is closed;
+	// made by leave.
+	closeOffers chan chan struct{}
 }
 
 // enter admits a request; false once the plugin is leaving. An admitted
@@ -91,6 +110,9 @@ func (g *requestGate) done() {
 func (g *requestGate) leave(timeout time.Duration) bool {
 	g.mu.Lock()
 	g.leaving = true
+	if g.closeOffers == nil {
+		g.closeOffers = make(chan chan struct{}, 1)
+	}
 	g.last = time.Now() // the linger counts from here at the earliest
 	if g.running == 0 {
 		g.mu.Unlock()
@@ -106,5 +128,45 @@ func (g *requestGate) leave(timeout time.Duration) bool {
 		return true
 	case <-time.After(timeout):
 		return false
+	}
+}
+
+// offerClose is called, once the gate is leaving, by a request whose lost
+// answer costs nothing (RunPodSandbox, RemovePodSandbox). It waits, at
+// most limit, until the plugin has closed its connection (takeCloseOffer):
+// NRI then takes the close for this request's answer, and drops the
+// plugin before its next request. The runtime sends one request at a
+// time, so one offer at most is pending; any further one returns at once.
+func (g *requestGate) offerClose(limit time.Duration) {
+	g.mu.Lock()
+	offers := g.closeOffers
+	g.mu.Unlock()
+	if offers == nil {
+		return
+	}
+	closed := make(chan struct{})
+	select {
+	case offers <- closed:
+	default:
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(limit):
+	}
+}
+
+// takeCloseOffer waits, at most wait, for a request that offers to hold
+// the close (offerClose). The caller closes the connection, then closes
+// the channel returned, which lets that request return.
+func (g *requestGate) takeCloseOffer(wait time.Duration) (chan struct{}, bool) {
+	g.mu.Lock()
+	offers := g.closeOffers
+	g.mu.Unlock()
+	select {
+	case closed := <-offers:
+		return closed, true
+	case <-time.After(wait):
+		return nil, false
 	}
 }

@@ -193,3 +193,77 @@ func TestNRILeaveAnswersFirst(t *testing.T) {
 		t.Fatal("serveOnce did not return after the plugin left")
 	}
 }
+
+// TestNRILeaveClosesInsideAPodEvent: NRI keeps a plugin whose connection
+// closed between requests until the end of its next request; a
+// CreateContainer then asks the closed plugin, takes its silence for
+// "nothing to add" and counts it as present for a required plugin, so the
+// container is created bare. The stopping plugin therefore refuses
+// containers until a pod starts, closes inside that RunPodSandbox, and the
+// next container is refused by the runtime (required plugin absent).
+func TestNRILeaveClosesInsideAPodEvent(t *testing.T) {
+	rt := startNRIRuntime(t, "2.4.2", true, adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true, RequiredPlugins: []string{"sysctl"}}))
+	h := newNRIPlugin(t, "", nriDefaults, nriFetcher{}, nil)
+	h.p.leaveWait = time.Minute
+	h.serve(t, rt)
+	h.waitReady(t, rt)
+	rt.startPod(t, nriPod("before", "default", "network", "ipc"), nriContainer("before"))
+
+	h.cancel() // what SIGTERM does
+	// Longer than a plugin that closed on its own, between requests,
+	// would take (answerLinger).
+	time.Sleep(3 * answerLinger)
+	for i := range 3 {
+		adj, err := rt.createContainer(nriPod("before", "default", "network", "ipc"), nriContainer("while-leaving"), api.ContainerState_CONTAINER_RUNNING)
+		if err == nil {
+			t.Fatalf("container %d asked for after SIGTERM was created, with sysctls %v; want it refused", i, oursOf(adj).sysctls)
+		}
+	}
+	select {
+	case <-h.done:
+		t.Fatal("the plugin closed its connection between requests")
+	default:
+	}
+
+	if err := rt.runPod(nriPod("next", "default", "network", "ipc")); err != nil {
+		t.Fatalf("RunPodSandbox while the plugin left: %v; want the pod started", err)
+	}
+	select {
+	case <-h.done:
+	case <-time.After(nriWait):
+		t.Fatal("the plugin did not close its connection inside RunPodSandbox")
+	}
+	adj, err := rt.createContainer(nriPod("next", "default", "network", "ipc"), nriContainer("next"), api.ContainerState_CONTAINER_RUNNING)
+	if err == nil {
+		t.Fatalf("container created after the plugin left, with sysctls %v; want it refused by the runtime (required plugin absent)", oursOf(adj).sysctls)
+	}
+	if !strings.Contains(err.Error(), "required plugin") {
+		t.Errorf("refusal after the plugin left: %v; want the runtime's required-plugin refusal", err)
+	}
+	if !strings.Contains(h.log.String(), "closed the NRI connection inside a pod event") {
+		t.Errorf("the plugin's log does not say where it closed:\n%s", h.log.String())
+	}
+}
+
+// TestNRILeaveWithoutAPodEvent: on a node where no pod starts or goes, a
+// stopping plugin closes after leaveWait, and says what that risks (on the
+// NRI of containerd 2.4.2 and older, the first CreateContainer after a
+// close between requests asks the closed plugin and is created bare: shown
+// end to end by TestLeaveClosesInsideAPodEvent; NRI v0.12.5, this
+// harness's, skips a closed plugin).
+func TestNRILeaveWithoutAPodEvent(t *testing.T) {
+	rt := startNRIRuntime(t, "2.4.2", true)
+	h := newNRIPlugin(t, "", nriDefaults, nriFetcher{}, nil)
+	h.p.leaveWait = 300 * time.Millisecond
+	h.serve(t, rt)
+	h.waitReady(t, rt)
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(nriWait):
+		t.Fatal("the plugin did not stop when no pod event came")
+	}
+	if !strings.Contains(h.log.String(), "closing between requests") {
+		t.Errorf("the plugin's log does not say it closed between requests:\n%s", h.log.String())
+	}
+}

@@ -71,8 +71,10 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 // the pod up, while the runtime finishes starting it.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if !p.requests.enter() {
-		// Leaving: whichever plugin answers the pod's first container
-		// (this one refuses it) gives the pod what it lacks then.
+		// Leaving: the connection closes while this waits (leave.go).
+		// Whichever plugin answers the pod's first container (this one
+		// refuses it) gives the pod what it lacks then.
+		p.requests.offerClose(p.requestTimeout())
 		return nil
 	}
 	defer p.requests.done()
@@ -114,6 +116,12 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 
 // RemovePodSandbox drops the pod's record.
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	if !p.requests.enter() {
+		// Leaving: the connection closes while this waits (leave.go).
+		p.requests.offerClose(p.requestTimeout())
+		return nil
+	}
+	defer p.requests.done()
 	p.records.forget(pod.GetId())
 	p.meter.Load().podRemoved(pod.GetId())
 	// What the plugin keeps per pod, for the churn benchmark (make

@@ -262,14 +262,22 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 	return true, errors.New("connection to the runtime closed")
 }
 
-// leave closes the NRI connection once no answer can be lost with it
-// (leave.go): new requests are refused from now on, and those under way
-// answer first.
+// leave closes the NRI connection where the runtime cannot take the close
+// for a missing CreateContainer answer (leave.go): new containers are
+// refused from now on, those under way answer first, and the close happens
+// inside the next pod start or removal.
 func (p *plugin) leave(s stub.Stub) {
 	timeout := p.requestTimeout()
 	if !p.requests.leave(timeout) {
 		p.log.WithField("waited", timeout.String()).Warn("stopping: a request is still under way; closing the connection without its answer")
 	}
+	if closed, ok := p.requests.takeCloseOffer(p.leaveWait); ok {
+		s.Stop()
+		close(closed)
+		p.log.Info("stopping: closed the NRI connection inside a pod event, so the runtime drops the plugin before it creates another container")
+		return
+	}
+	p.log.WithField("waited", p.leaveWait.String()).Warn("stopping: no pod started or was removed meanwhile; closing between requests, so a container created before the runtime's next pod event may start without the node's sysctl defaults (NRI asks a closed plugin once more)")
 	p.requests.quiet(answerLinger, timeout)
 	s.Stop()
 }

@@ -70,6 +70,9 @@ type plugin struct {
 	// requests counts the NRI requests under way, so that the plugin
 	// leaves without losing an answer (leave.go).
 	requests requestGate
+	// leaveWait bounds how long a stopping plugin waits for a pod event
+	// to close its connection in (leave.go); shortened in tests.
+	leaveWait time.Duration
 	// lastGoodPath (--last-good-config, lastgood.go) and events
 	// (--kubernetes-events, events.go): both off when zero.
 	lastGoodPath string
@@ -92,6 +95,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		synchronized:    make(chan struct{}),
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
 		live:            liveness{stuckAfter: stuckAfter},
+		leaveWait:       leaveWait,
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p

@@ -438,3 +438,68 @@ func receiveQueued(pid int) (int, error) {
 	}
 	return total, nil
 }
+
+// TestPluginStoppedBetweenRequestsFailClosed: on a containerd that requires
+// the plugin, the plugin gets SIGTERM with nothing under way. The NRI of
+// containerd 2.4.2 and older (before v0.12.5) keeps a plugin whose
+// connection closed between requests until the end of its next request,
+// and a CreateContainer then asks the closed plugin, takes its silence for
+// "nothing to add" and counts it present: the container is created bare. So
+// the stopping plugin refuses containers until a pod starts, and closes
+// inside that RunPodSandbox (plugin/leave.go). A container asked for
+// after SIGTERM is refused, the next pod starts, and a container asked for
+// once the plugin has gone is refused by containerd (required plugin).
+func TestPluginStoppedBetweenRequestsFailClosed(t *testing.T) {
+	c := getCluster(t)
+	skipWithoutDefaultValidator(t, c)
+	checkMeaningful(t, nodeDefaults)
+	keys := sortedKeys(nodeDefaults)
+	c.imports = []string{failClosedDropIn(c)}
+	restartContainerdFor(t, "", func() { c.imports = nil })
+
+	p := startPlugin(t, defaultsYAML(nodeDefaults))
+	pod, err := c.runPodErr(PodSpec{Name: dnsLabel(t.Name()), Namespace: "e2e-stopped"})
+	if err != nil {
+		t.Fatalf("pod sandbox with the plugin registered: %v", err)
+	}
+	t.Cleanup(func() { c.removePod(pod.ID) })
+
+	// mustRefuse fails the test if a container is created in pod, and
+	// says what it got.
+	mustRefuse := func(when, want string) {
+		t.Helper()
+		id, err := c.createContainerErr(pod, c.nextID("app"), []string{"sleep", "3600"})
+		if err == nil {
+			if _, err := c.crictlRaw("start", id); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := c.readSysctlsErr(id, keys...)
+			t.Fatalf("container asked for %s was created, with %v inside it; want it refused\nwhy, as far as the node can tell:\n%s", when, got, c.whyLacking(t, id))
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("container asked for %s: %v; want a refusal saying %q", when, criErrorLine(err), want)
+			return
+		}
+		t.Logf("container asked for %s: refused: %s", when, criErrorLine(err))
+	}
+
+	p.stoppedByTest.Store(true)
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Longer than a plugin that closes between requests takes to go.
+	time.Sleep(time.Second)
+	mustRefuse("after the plugin got SIGTERM", refusedLeaving)
+
+	next, err := c.runPodErr(PodSpec{Name: dnsLabel(t.Name() + "-next"), Namespace: "e2e-stopped"})
+	if err != nil {
+		t.Fatalf("pod sandbox while the plugin leaves: %v; want it started", err)
+	}
+	t.Cleanup(func() { c.removePod(next.ID) })
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the plugin did not exit after a pod started")
+	}
+	mustRefuse("after the plugin left", refusedNoPlugin)
+}
