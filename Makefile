@@ -217,7 +217,7 @@ e2e-k8s: image
 ## in the background meanwhile, at nice 19 (test/test-all.sh says why;
 ## exec, so that a SIGTERM to make reaches it).
 TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint e2e
-TEST_ALL_LAST = e2e-k8s vm-test bench-smoke
+TEST_ALL_LAST = e2e-k8s vm-test bench-smoke soak
 test-all:
 	MAKE="$(MAKE)" exec test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"
 # setup builds helm first, so the chart and alert checks must not skip here

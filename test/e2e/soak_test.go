@@ -455,8 +455,9 @@ func inParallel[T any](items []T, do func(T)) {
 
 // sigtermBefore tells whether a SIGTERM of the plugin came during ctr's
 // creation or up to soakLeaveWindow before it: a stopping plugin keeps its
-// connection for up to the request timeout (2 s) while it refuses new
-// requests, and its close can cut a creation that starts meanwhile.
+// connection, refusing new containers, until its requests under way have
+// answered (the request timeout, 2 s) and a pod starts or goes (at most
+// leaveWait, 4 s; plugin/leave.go).
 func (r *soakRun) sigtermBefore(ctr soakContainer) bool {
 	for _, f := range r.faults {
 		if f.kind == "sigterm" && !f.at.Before(ctr.createStart.Add(-soakLeaveWindow)) && !f.at.After(ctr.createEnd.Add(100*time.Millisecond)) {
@@ -467,5 +468,5 @@ func (r *soakRun) sigtermBefore(ctr soakContainer) bool {
 }
 
 // soakLeaveWindow is how long before a creation a SIGTERM counts as its
-// cause: the request timeout and the close.
-const soakLeaveWindow = 2500 * time.Millisecond
+// cause: the request timeout, leaveWait and the close.
+const soakLeaveWindow = 6500 * time.Millisecond
