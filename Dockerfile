@@ -10,7 +10,7 @@ RUN go mod download
 COPY pkg/ pkg/
 COPY plugin/ plugin/
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/nri-sysctl ./plugin
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/nri-sysctl ./plugin/cmd/nri-sysctl
 
 FROM scratch
 COPY --from=build /out/nri-sysctl /nri-sysctl

@@ -25,7 +25,7 @@ GOARCH      ?= $(HOST_GOARCH)
 unexport GOARCH GOOS
 IMAGE_ARCHES ?= amd64 arm64
 arch_bin = $(if $(filter $(HOST_GOARCH),$(1)),bin/nri-sysctl,bin/linux-$(1)/nri-sysctl)
-go_build = CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin
+go_build = CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin/cmd/nri-sysctl
 
 # containerd versions the end-to-end tests run against (see docs/modes-and-runtimes.md).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
@@ -112,8 +112,8 @@ packages:
 	$(HOST_GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
 	rm -f $(PACKAGES_DIR)/nri-sysctl_*.deb $(PACKAGES_DIR)/nri-sysctl-*.rpm
 	@for arch in $(PACKAGE_ARCHES); do \
-		echo "CGO_ENABLED=0 GOARCH=$$arch go build -o $(PACKAGE_BIN_DIR)/$$arch/nri-sysctl ./plugin"; \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin || exit 1; \
+		echo "CGO_ENABLED=0 GOARCH=$$arch go build -o $(PACKAGE_BIN_DIR)/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl || exit 1; \
 	done
 	cd hack/packages && $(HOST_GO) run . -repo $(abspath .) -bin-dir $(abspath $(PACKAGE_BIN_DIR)) -out $(abspath $(PACKAGES_DIR)) \
 		-deb-version '$(DEB_VERSION)' -rpm-version '$(RPM_VERSION)' -source-date-epoch '$(SOURCE_DATE_EPOCH)' \

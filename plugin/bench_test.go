@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/sirupsen/logrus"
 )
@@ -153,6 +154,6 @@ func BenchmarkMetricsDecided(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		m.decided("p0", outcomeApplied, d.Apply, d.Skipped)
+		m.decided("p0", outcome.Applied, d.Apply, d.Skipped)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -18,9 +18,11 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
 
@@ -280,7 +282,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 			oracleWrite[s.name] = w
 			// Sanity of the oracle against the hand-written expectation.
 			switch {
-			case s.want[ci] == nil && (len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != ""):
+			case s.want[ci] == nil && (len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, outcome.AnnotationInjected) != ""):
 				t.Fatalf("oracle %s/%d: want nothing set, got %s", s.name, ci, o[ci])
 			case s.want[ci] != nil && nsMode:
 				if want := canonical(s.want[ci], nil); len(s.want[ci]) > 0 && w[ci] != want {
@@ -315,7 +317,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 		writesMu.Unlock()
 		return nil
 	}
-	pathA, pathB, pathBad := writeFile(t, concCfgA), writeFile(t, concCfgB), writeFile(t, concCfgBad)
+	pathA, pathB, pathBad := trusteddir.WriteConfig(t, concCfgA), trusteddir.WriteConfig(t, concCfgB), trusteddir.WriteConfig(t, concCfgBad)
 
 	// alive is what a Synchronize would be told exists. Pods are added and
 	// removed under lifeMu, and Synchronize runs under it: the runtime
@@ -327,7 +329,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 	legacyCtrs := []*api.Container{
 		{Id: "l1", PodSandboxId: "legacy", State: running},
 		{Id: "l2", PodSandboxId: "legacy", State: running},
-		{Id: "l3", PodSandboxId: "legacy", State: running, Annotations: map[string]string{annotationInjected: "x=1"}},
+		{Id: "l3", PodSandboxId: "legacy", State: running, Annotations: map[string]string{outcome.AnnotationInjected: "x=1"}},
 	}
 
 	jobs := make(chan concJob)

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -24,13 +24,13 @@ type containerdTarget struct {
 // on the command line, then the config's containerdAddress /
 // containerdNamespace, then the flag's default. explicit is false when the
 // address is only the default.
-func resolveContainerd(o options, cfg *config.Config) (t containerdTarget, explicit bool) {
-	t = containerdTarget{address: o.containerdAddress, namespace: o.containerdNamespace}
-	explicit = o.containerdAddressSet
-	if !o.containerdAddressSet && cfg.ContainerdAddress != "" {
+func resolveContainerd(f ContainerdFlags, cfg *config.Config) (t containerdTarget, explicit bool) {
+	t = containerdTarget{address: f.Address, namespace: f.Namespace}
+	explicit = f.AddressSet
+	if !f.AddressSet && cfg.ContainerdAddress != "" {
 		t.address, explicit = cfg.ContainerdAddress, true
 	}
-	if !o.containerdNamespaceSet && cfg.ContainerdNamespace != "" {
+	if !f.NamespaceSet && cfg.ContainerdNamespace != "" {
 		t.namespace = cfg.ContainerdNamespace
 	}
 	return t, explicit
@@ -39,8 +39,8 @@ func resolveContainerd(o options, cfg *config.Config) (t containerdTarget, expli
 // lookups keeps one containerd connection per target, so that a reload
 // naming the same containerd reuses it.
 type lookups struct {
-	log  *logrus.Logger
-	opts options
+	log   *logrus.Logger
+	flags ContainerdFlags
 	// parentPID is containerd's pid when containerd launched the plugin
 	// (pre-installed), else 0.
 	parentPID int
@@ -49,14 +49,14 @@ type lookups struct {
 	conns map[containerdTarget]*containerdConn
 }
 
-func newLookups(log *logrus.Logger, opts options, parentPID int) *lookups {
-	return &lookups{log: log, opts: opts, parentPID: parentPID, conns: map[containerdTarget]*containerdConn{}}
+func newLookups(log *logrus.Logger, flags ContainerdFlags, parentPID int) *lookups {
+	return &lookups{log: log, flags: flags, parentPID: parentPID, conns: map[containerdTarget]*containerdConn{}}
 }
 
 // connect returns the lookup for a config. A pre-installed plugin with no
 // address given finds the containerd that launched it, whatever its socket.
 func (l *lookups) connect(cfg *config.Config) (podsysctl.Fetcher, error) {
-	t, explicit := resolveContainerd(l.opts, cfg)
+	t, explicit := resolveContainerd(l.flags, cfg)
 	if l.parentPID == 0 || explicit {
 		return l.conn(t, true)
 	}

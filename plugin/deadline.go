@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 )
 
 // errLookupRefused fails a container whose pod could not be looked up, or
@@ -18,7 +19,7 @@ var errLookupRefused = errors.New("nri-sysctl: cannot tell this pod's own sysctl
 
 // decideInTime answers within the runtime's deadline whatever decide does
 // (answerInTime): a decision still running then is answered as
-// outcomeTimedOut. With onLookupError: fail, a container whose pod could
+// outcome.TimedOut. With onLookupError: fail, a container whose pod could
 // not be looked up or decided for in time is refused instead.
 func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodSandbox, decide func(context.Context) containerResult) containerResult {
 	var d containerResult
@@ -29,10 +30,10 @@ func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodS
 	} else {
 		d = answerInTime(ctx, p, decide, func() containerResult {
 			p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("no decision within the runtime's request deadline: answering without one")
-			return containerResult{outcome: outcomeTimedOut}
+			return containerResult{outcome: outcome.TimedOut}
 		})
 	}
-	if d.err == nil && (d.outcome == outcomeLookupFailed || d.outcome == outcomeTimedOut) && rec.cfg.cfg.OnLookupError == config.OnLookupErrorFail {
+	if d.err == nil && (d.outcome == outcome.LookupFailed || d.outcome == outcome.TimedOut) && rec.cfg.cfg.OnLookupError == config.OnLookupErrorFail {
 		p.podLog(pod).WithField("outcome", d.outcome.String()).Warn("onLookupError: fail, refusing the container so that it is retried")
 		d.err = fmt.Errorf("pod %s: %w", podName(pod), errLookupRefused)
 	}

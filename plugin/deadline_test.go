@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -57,8 +58,8 @@ func TestCreateContainerAnswersWhateverDecideDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := annotation(adj, annotationOutcome); got != outcomeTimedOut.String() {
-				t.Errorf("outcome %q, want %q", got, outcomeTimedOut.String())
+			if got := annotation(adj, outcome.AnnotationOutcome); got != outcome.TimedOut.String() {
+				t.Errorf("outcome %q, want %q", got, outcome.TimedOut.String())
 			}
 		})
 	}
@@ -90,8 +91,8 @@ func TestOnLookupError(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed.String() {
-					t.Errorf("outcome %q, want %q", got, outcomeLookupFailed.String())
+				if got := annotation(adj, outcome.AnnotationOutcome); got != outcome.LookupFailed.String() {
+					t.Errorf("outcome %q, want %q", got, outcome.LookupFailed.String())
 				}
 			})
 		}
@@ -115,11 +116,11 @@ func TestAnnotationsAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		skipped := annotation(adj, annotationSkipped)
+		skipped := annotation(adj, outcome.AnnotationSkipped)
 		if !strings.HasPrefix(skipped, config.ProfilesAnnotation+" (no profile applied: the annotation is 262144 bytes long") || len(skipped) > 200 {
 			t.Errorf("skipped annotation (%d bytes) = %.300q", len(skipped), skipped)
 		}
-		if got := annotation(adj, annotationInjected); got != "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600" {
+		if got := annotation(adj, outcome.AnnotationInjected); got != "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600" {
 			t.Errorf("injected %q: the pod must keep its defaults", got)
 		}
 	})
@@ -134,7 +135,7 @@ func TestAnnotationsAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		skipped := annotation(adj, annotationSkipped)
+		skipped := annotation(adj, outcome.AnnotationSkipped)
 		if len(skipped) > maxAnnotationBytes || !strings.HasSuffix(skipped, fmt.Sprintf(" more, cut at %d bytes)", maxAnnotationBytes)) {
 			t.Errorf("skipped annotation is %d bytes, ends %q; want at most %d, with the cut marker", len(skipped), skipped[max(0, len(skipped)-60):], maxAnnotationBytes)
 		}

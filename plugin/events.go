@@ -1,11 +1,10 @@
-package main
+package plugin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
 	"net/http"
 	"net/url"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
 	"github.com/sirupsen/logrus"
 )
 
@@ -93,12 +93,12 @@ type eventRecorder struct {
 // sent as the pod's service account, and starts the sender. stop ends it
 // after at most a few seconds spent sending what is queued, so that a
 // plugin refusing to start still says why.
-func startEvents(log *logrus.Logger) (r *eventRecorder, stop func(), err error) {
+func startEvents(log *logrus.Logger, userAgent string) (r *eventRecorder, stop func(), err error) {
 	pod, err := podRefFromEnv()
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := kubeapi.New(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), kubeapi.ServiceAccountDir, "nri-sysctl/"+version)
+	c, err := kubeapi.New(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), kubeapi.ServiceAccountDir, userAgent)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--kubernetes-events: %w", err)
 	}

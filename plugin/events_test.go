@@ -1,9 +1,8 @@
-package main
+package plugin
 
 import (
 	"encoding/json"
 	"encoding/pem"
-	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
 
@@ -265,9 +266,9 @@ func TestReloadSendsEvents(t *testing.T) {
 	f := newFakeEventsServer(t)
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
 	p.events = testRecorder(t, f, io.Discard)
-	bad := writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
+	bad := trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 1\n")
 	p.reload(bad)
-	good := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
+	good := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
 	p.reload(good)
 	posts := waitPosts(t, f, 2)
 	msg, _ := posts[0].body["message"].(string)

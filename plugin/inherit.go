@@ -1,8 +1,7 @@
-package main
+package plugin
 
 import (
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 
@@ -73,19 +72,4 @@ func inheritedValues(cfg *config.Config) map[string]string {
 		out[e.Key] = e.Value
 	}
 	return out
-}
-
-// printInheritance shows validate's reader what inheritFromHost expands to
-// on this machine, one key a line.
-func printInheritance(w io.Writer, cfg *config.Config) {
-	if len(cfg.InheritFromHost) == 0 {
-		return
-	}
-	if !cfg.InheritExpanded {
-		fmt.Fprintf(w, "inheritFromHost: %d entry(ies) not expanded: without the kernel probe (--skip-kernel-check) there is no telling which of this machine's sysctls a pod can be given; the plugin expands them on the node when it loads the config\n", len(cfg.InheritFromHost))
-		return
-	}
-	for _, e := range cfg.Inherited() {
-		fmt.Fprintf(w, "%s %s (inherited from the host, entry %s)\n", e.Key, e.Value, e.Pattern)
-	}
 }

@@ -1,59 +1,16 @@
-package main
+package plugin
 
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
-
-// hostValue reads a host sysctl as inheritFromHost does: tabs as spaces.
-func hostValue(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/sys/" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.ReplaceAll(strings.TrimSuffix(string(data), "\n"), "\t", " ")
-}
-
-// validate lists each inherited key with the host's value and its entry;
-// an explicit value wins and is not listed as inherited.
-func TestValidateShowsInheritedKeys(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the kernel probe needs root")
-	}
-	path := writeFile(t, "inheritFromHost:\n  - net.ipv4.tcp_keepalive_*\n  - net.ipv4.ip_local_port_range\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
-	}
-	want := path + ": valid (4 default(s), 0 rule(s), 0 profile(s))\n" +
-		"net.ipv4.tcp_keepalive_intvl " + hostValue(t, "net/ipv4/tcp_keepalive_intvl") + " (inherited from the host, entry net.ipv4.tcp_keepalive_*)\n" +
-		"net.ipv4.tcp_keepalive_probes " + hostValue(t, "net/ipv4/tcp_keepalive_probes") + " (inherited from the host, entry net.ipv4.tcp_keepalive_*)\n" +
-		"net.ipv4.ip_local_port_range " + hostValue(t, "net/ipv4/ip_local_port_range") + " (inherited from the host, entry net.ipv4.ip_local_port_range)\n"
-	if got := stdout.String(); got != want {
-		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
-	}
-}
-
-// Without the probe validate cannot expand inheritFromHost: it says so and
-// does not fail.
-func TestValidateSkipKernelCheckInheritance(t *testing.T) {
-	path := writeFile(t, "inheritFromHost: [\"net.*\"]\n")
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "inheritFromHost: 1 entry(ies) not expanded: without the kernel probe (--skip-kernel-check)") {
-		t.Errorf("stdout does not say the entries were not expanded:\n%s", stdout.String())
-	}
-}
 
 // The plugin run with --skip-kernel-check refuses a config with
 // inheritFromHost rather than run it without its inherited keys.
@@ -61,7 +18,7 @@ func TestPluginRefusesUnexpandedInheritance(t *testing.T) {
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
 	var buf strings.Builder
 	p.log.SetOutput(&buf)
-	p.reload(writeFile(t, "inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"))
+	p.reload(trusteddir.WriteConfig(t, "inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"))
 	if !strings.Contains(buf.String(), "inheritFromHost needs the kernel probe") {
 		t.Errorf("log does not say why the config was refused:\n%s", buf.String())
 	}

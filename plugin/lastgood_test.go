@@ -1,7 +1,6 @@
-package main
+package plugin
 
 import (
-	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,9 +9,11 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -53,7 +54,7 @@ func lastGoodPlugin(t *testing.T) (p *plugin, lastGood string, logs *syncBuffer)
 	p = newPlugin(log, fakeKernel, "")
 	p.metricsListener.flag = "127.0.0.1:0"
 	t.Cleanup(p.metricsListener.close)
-	p.lastGoodPath = filepath.Join(configDir(t), "last-good-config.yaml")
+	p.lastGoodPath = filepath.Join(trusteddir.Dir(t), "last-good-config.yaml")
 	return p, p.lastGoodPath, logs
 }
 
@@ -71,7 +72,7 @@ func readText(t *testing.T, path string) string {
 // a rejected reload keeps nothing.
 func TestLastGoodKeptOnStartAndReload(t *testing.T) {
 	p, lastGood, _ := lastGoodPlugin(t)
-	file := writeFile(t, goodText)
+	file := trusteddir.WriteConfig(t, goodText)
 	if err := p.loadInitialConfig(file, false); err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +83,13 @@ func TestLastGoodKeptOnStartAndReload(t *testing.T) {
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v (%v), want 0600", info.Mode(), err)
 	}
-	file2 := writeFile(t, goodText2)
+	file2 := trusteddir.WriteConfig(t, goodText2)
 	p.reload(file2)
 	if got := readText(t, lastGood); got != goodText2 {
 		t.Fatalf("kept %q after a reload, want %q", got, goodText2)
 	}
 	for _, text := range []string{brokenText, refusedText} {
-		p.reload(writeFile(t, text))
+		p.reload(trusteddir.WriteConfig(t, text))
 		if got := readText(t, lastGood); got != goodText2 {
 			t.Fatalf("kept %q after a rejected reload of %q, want %q", got, text, goodText2)
 		}
@@ -180,7 +181,7 @@ func TestStartOnLastGoodSaysSo(t *testing.T) {
 	f := newFakeEventsServer(t)
 	p.events = testRecorder(t, f, io.Discard)
 	hook := logtest.NewLocal(p.log)
-	file := writeFile(t, refusedText)
+	file := trusteddir.WriteConfig(t, refusedText)
 	if err := p.loadInitialConfig(file, false); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		f := newFakeEventsServer(t)
 		p.events = testRecorder(t, f, io.Discard)
-		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "no last good config kept in "+lastGood+" yet") {
 			t.Fatalf("err %v", err)
 		}
@@ -222,7 +223,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 	t.Run("the kept config is rejected too", func(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		os.WriteFile(lastGood, []byte(refusedText), 0o600)
-		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "the last good config cannot be used either") || !strings.Contains(err.Error(), lastGood+":3: sysctls.net.ipv4.tcp_keepalive_time") {
 			t.Fatalf("err %v", err)
 		}
@@ -234,7 +235,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		os.WriteFile(lastGood, []byte(goodText), 0o600)
 		os.Chmod(lastGood, 0o666)
-		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "writable by group or others") {
 			t.Fatalf("err %v, want the trust check's refusal of the kept config", err)
 		}
@@ -243,27 +244,11 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		os.WriteFile(lastGood, []byte(goodText), 0o600)
 		p.lastGoodPath = ""
-		err := p.loadInitialConfig(writeFile(t, brokenText), false)
+		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || strings.Contains(err.Error(), "last good") {
 			t.Fatalf("err %v, want the file's rejection alone", err)
 		}
 	})
-}
-
-func TestRunRefusesBadLastGoodFlag(t *testing.T) {
-	for _, tc := range []struct{ args []string }{
-		{[]string{"--last-good-config", "relative.yaml"}},
-		{[]string{"--config", "/etc/nri-sysctl/config.yaml", "--last-good-config", "/etc/nri-sysctl/config.yaml"}},
-	} {
-		var stderr strings.Builder
-		if _, err := parseRunFlags(tc.args, &stderr); err == nil || !strings.Contains(stderr.String(), "bad --last-good-config") {
-			t.Errorf("%v: err %v, stderr %q", tc.args, err, stderr.String())
-		}
-	}
-	o, err := parseRunFlags([]string{"--last-good-config", "/var/lib/nri-sysctl/last-good-config.yaml"}, io.Discard)
-	if err != nil || o.lastGoodConfig != "/var/lib/nri-sysctl/last-good-config.yaml" {
-		t.Fatalf("%+v %v", o, err)
-	}
 }
 
 // A failed write leaves the old copy whole and no temporary file.

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
 
@@ -87,7 +88,7 @@ func TestLivezSeesWedgedLocks(t *testing.T) {
 func TestLivezSeesStuckReload(t *testing.T) {
 	p, url := newLivenessTestPlugin(t, 50*time.Millisecond)
 	p.allowInsecureConfig = true
-	path := writeFile(t, testConfig)
+	path := trusteddir.WriteConfig(t, testConfig)
 	release := make(chan struct{})
 	beforeConfigStore = func() { <-release }
 	t.Cleanup(func() { beforeConfigStore = nil })

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/connlimit"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -31,7 +32,7 @@ import (
 type metrics struct {
 	registry *prometheus.Registry
 
-	containers     [numOutcomes]prometheus.Counter // by outcome
+	containers     [outcome.Count]prometheus.Counter // by outcome
 	sysctlsApplied prometheus.Counter
 	sysctlsSkipped [policy.NumSkipCodes]prometheus.Counter // by skip code, sysctl codes only
 	profiles       map[policy.ProfileOutcome]prometheus.Counter
@@ -70,7 +71,7 @@ func newMetrics(info configInForce) *metrics {
 		Name: "nri_sysctl_containers_total",
 		Help: "Containers the plugin decided for, by outcome (the nri-sysctl.io/outcome annotation).",
 	}, []string{"outcome"})
-	for o := range outcome(numOutcomes) {
+	for o := range outcome.Outcome(outcome.Count) {
 		m.containers[o] = containers.WithLabelValues(o.String())
 	}
 	m.sysctlsApplied = prometheus.NewCounter(prometheus.CounterOpts{
@@ -155,7 +156,7 @@ func newMetrics(info configInForce) *metrics {
 // and the keys it did not get (namespace-mode write failures among them).
 // A pod whose container got the defaults is healed: its namespaces, shared
 // by all its containers, now hold them.
-func (m *metrics) decided(podID string, o outcome, applied []sysctl.Sysctl, skipped []policy.Skipped) {
+func (m *metrics) decided(podID string, o outcome.Outcome, applied []sysctl.Sysctl, skipped []policy.Skipped) {
 	if m == nil {
 		return
 	}
@@ -168,7 +169,7 @@ func (m *metrics) decided(podID string, o outcome, applied []sysctl.Sysctl, skip
 			m.sysctlsSkipped[s.Code].Inc()
 		}
 	}
-	if o == outcomeApplied || o == outcomeNothingToApply {
+	if o == outcome.Applied || o == outcome.NothingToApply {
 		m.lacking.forget(podID)
 	}
 }
@@ -191,7 +192,7 @@ func (m *metrics) profilesDecided(d policy.Decision) {
 // containerOutcome counts a container that got nothing: excluded, or its
 // pod could not be looked up or written into. A value that is no outcome
 // is counted as none.
-func (m *metrics) containerOutcome(o outcome) {
+func (m *metrics) containerOutcome(o outcome.Outcome) {
 	if m == nil || int(o) >= len(m.containers) {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"bufio"
@@ -20,10 +20,12 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 )
@@ -58,7 +60,7 @@ func counts(m *metrics) map[string]float64 {
 		"namespace_write_failed": testutil.ToFloat64(m.namespaceWriteFailures),
 		"lacking":                float64(m.lacking.total()),
 	}
-	for o := range outcome(numOutcomes) {
+	for o := range outcome.Outcome(outcome.Count) {
 		out["containers/"+o.String()] = testutil.ToFloat64(m.containers[o])
 	}
 	for c := range policy.SkipCode(policy.NumSkipCodes) {
@@ -196,7 +198,7 @@ func TestMetricsLackingDefaults(t *testing.T) {
 		{Id: "c1", PodSandboxId: "p1", State: running},
 		{Id: "c2", PodSandboxId: "p1", State: running},
 		{Id: "c3", PodSandboxId: "p2", State: running},
-		{Id: "c4", PodSandboxId: "p3", State: running, Annotations: map[string]string{annotationOutcome: outcomeApplied.String()}},
+		{Id: "c4", PodSandboxId: "p3", State: running, Annotations: map[string]string{outcome.AnnotationOutcome: outcome.Applied.String()}},
 	}
 	if _, err := p.Synchronize(context.Background(), pods, ctrs); err != nil {
 		t.Fatal(err)
@@ -236,9 +238,9 @@ func TestMetricsLackingDefaults(t *testing.T) {
 func TestMetricsConfigReloadsAndInfo(t *testing.T) {
 	p, m := newMeteredTestPlugin(t, testConfig, &fakeFetcher{})
 	text := "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n"
-	good := writeFile(t, text)
+	good := trusteddir.WriteConfig(t, text)
 	p.reload(good)
-	bad := writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
+	bad := trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 1\n")
 	p.reload(bad)
 	p.reload(bad)
 	if got := testutil.ToFloat64(m.reloadsSucceeded); got != 1 {
@@ -351,8 +353,8 @@ func TestMetricsNames(t *testing.T) {
 	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_sysctls_skipped_total"); n != int(policy.NumSkipCodes)-3 {
 		t.Errorf("nri_sysctl_sysctls_skipped_total has %d series, want one per sysctl skip code, none for profiles", n)
 	}
-	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_containers_total"); n != numOutcomes {
-		t.Errorf("nri_sysctl_containers_total has %d series, want one per outcome (%d)", n, numOutcomes)
+	if n := testutil.CollectAndCount(m.registry, "nri_sysctl_containers_total"); n != outcome.Count {
+		t.Errorf("nri_sysctl_containers_total has %d series, want one per outcome (%d)", n, outcome.Count)
 	}
 }
 
@@ -360,11 +362,11 @@ func TestMetricsNames(t *testing.T) {
 // outcome under none: it used to be counted as write_failed.
 func TestContainerOutcomeCountsOnlyItsOwnLabel(t *testing.T) {
 	_, m := newMeteredTestPlugin(t, testConfig, &fakeFetcher{})
-	for o := range outcome(numOutcomes + 1) {
+	for o := range outcome.Outcome(outcome.Count + 1) {
 		before := counts(m)
 		m.containerOutcome(o)
 		moved := map[string]float64{}
-		if o < numOutcomes {
+		if o < outcome.Count {
 			moved["containers/"+o.String()] = 1
 		}
 		wantMoved(t, fmt.Sprintf("outcome %d", o), before, counts(m), moved)

@@ -1,10 +1,9 @@
-package main
+package plugin
 
 import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
@@ -70,13 +69,4 @@ func (p *plugin) applyMode() error {
 	next.mode = mode
 	p.current.Store(&next)
 	return nil
-}
-
-// writerFor tells who writes the sysctls in a mode: runc inside the pod in
-// spec mode, the plugin as host root in namespace mode.
-func writerFor(m runtimemode.Mode) sysctl.Writer {
-	if m == runtimemode.Spec {
-		return sysctl.WriterInPod
-	}
-	return sysctl.WriterHost
 }

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -8,20 +8,9 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
-	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
-
-// Review finding 3: a bogus --mode is refused at start.
-func TestBogusModeFlagIsRefused(t *testing.T) {
-	var stderr strings.Builder
-	if _, err := parseRunFlags([]string{"--mode", "bogus"}, &stderr); err == nil {
-		t.Fatal("--mode bogus accepted")
-	}
-	if !strings.Contains(stderr.String(), `unknown mode "bogus"`) {
-		t.Errorf("stderr %q does not say why", stderr.String())
-	}
-}
 
 // Issue 10: spec mode forced on a runtime whose NRI panics on sysctl
 // adjustments fails the registration (and a reload asking for it is
@@ -42,7 +31,7 @@ func TestForcedSpecModeRefusedOnCrashingRuntime(t *testing.T) {
 	if q.mode() != runtimemode.Namespace {
 		t.Fatalf("auto mode on 2.2.9: %s, want namespace", q.mode())
 	}
-	q.reload(writeFile(t, "sysctls: {net.core.somaxconn: 1024}\nmode: spec\n"))
+	q.reload(trusteddir.WriteConfig(t, "sysctls: {net.core.somaxconn: 1024}\nmode: spec\n"))
 	if got := q.current.Load().cfg.Sysctls; len(got) != 3 || q.mode() != runtimemode.Namespace {
 		t.Fatalf("a reload asking for spec mode on 2.2.9 must be rejected whole: mode %s, sysctls %v", q.mode(), got)
 	}
@@ -62,11 +51,5 @@ func TestReportedNRIVersion(t *testing.T) {
 		if got := reportedNRIVersion(tc.stub, tc.runtime, tc.version); got != tc.want {
 			t.Errorf("reportedNRIVersion(%q, %s %s) = %q, want %q", tc.stub, tc.runtime, tc.version, got, tc.want)
 		}
-	}
-}
-
-func TestWriterFor(t *testing.T) {
-	if writerFor("spec") != sysctl.WriterInPod || writerFor("namespace") != sysctl.WriterHost {
-		t.Fatal("spec mode is runc in the pod, namespace mode host root")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 // In-process NRI tests: the real plugin, started as serveOnce starts it,
 // against NRI's own runtime side (the adaptation package containerd
@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/containerd/ttrpc"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
@@ -361,9 +362,9 @@ type ours struct {
 
 func oursOf(adj *api.ContainerAdjustment) ours {
 	o := ours{
-		injected: adj.GetAnnotations()[annotationInjected],
-		skipped:  adj.GetAnnotations()[annotationSkipped],
-		outcome:  adj.GetAnnotations()[annotationOutcome],
+		injected: adj.GetAnnotations()[outcome.AnnotationInjected],
+		skipped:  adj.GetAnnotations()[outcome.AnnotationSkipped],
+		outcome:  adj.GetAnnotations()[outcome.AnnotationOutcome],
 	}
 	if s := adj.GetLinux().GetSysctl(); len(s) > 0 {
 		o.sysctls = s
@@ -405,7 +406,7 @@ func TestNRISpecMode(t *testing.T) {
 			want: ours{
 				sysctls:  map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_intvl": "60", "net.ipv4.tcp_keepalive_time": "600"},
 				injected: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600",
-				outcome:  outcomeApplied.String(),
+				outcome:  outcome.Applied.String(),
 			},
 		},
 		{
@@ -418,7 +419,7 @@ func TestNRISpecMode(t *testing.T) {
 				sysctls:  map[string]string{"kernel.msgmax": "16384"},
 				injected: "kernel.msgmax=16384",
 				skipped:  "net.ipv4.tcp_keepalive_intvl (" + hostNet + "); net.ipv4.tcp_keepalive_time (" + hostNet + ")",
-				outcome:  outcomeApplied.String(),
+				outcome:  outcome.Applied.String(),
 			},
 		},
 		{
@@ -429,14 +430,14 @@ func TestNRISpecMode(t *testing.T) {
 				sysctls:  map[string]string{"kernel.msgmax": "16384", "net.ipv4.tcp_keepalive_time": "600"},
 				injected: "kernel.msgmax=16384,net.ipv4.tcp_keepalive_time=600",
 				skipped:  "net.ipv4.tcp_keepalive_intvl (pod sets it itself)",
-				outcome:  outcomeApplied.String(),
+				outcome:  outcome.Applied.String(),
 			},
 		},
 		{
 			name: "excluded pod is left alone but for its outcome",
 			pod:  nriPod("excluded", "kube-system", "network", "ipc", "uts"),
 			ctr:  nriContainer("excluded"),
-			want: ours{outcome: outcomeExcluded.String()},
+			want: ours{outcome: outcome.Excluded.String()},
 		},
 	}
 	for _, tc := range tests {
@@ -503,7 +504,7 @@ func TestNRINamespaceMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := oursOf(adj), (ours{injected: all, outcome: outcomeApplied.String()}); !reflect.DeepEqual(got, want) {
+		if got, want := oursOf(adj), (ours{injected: all, outcome: outcome.Applied.String()}); !reflect.DeepEqual(got, want) {
 			t.Errorf("containerd receives %+v, want %+v (no sysctls: it would drop them)", got, want)
 		}
 		if got := takeWrites(); len(got) != 0 {
@@ -528,13 +529,13 @@ func TestNRINamespaceMode(t *testing.T) {
 			t.Errorf("sysctls in the adjustment: %v", got.sysctls)
 		}
 		if want := "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"; got.injected != want {
-			t.Errorf("%s = %q, want %q: kernel.msgmax was never written", annotationInjected, got.injected, want)
+			t.Errorf("%s = %q, want %q: kernel.msgmax was never written", outcome.AnnotationInjected, got.injected, want)
 		}
 		if !strings.Contains(got.skipped, "kernel.msgmax (write failed: invalid argument)") {
-			t.Errorf("%s = %q, want kernel.msgmax with its write failure", annotationSkipped, got.skipped)
+			t.Errorf("%s = %q, want kernel.msgmax with its write failure", outcome.AnnotationSkipped, got.skipped)
 		}
-		if got.outcome != outcomeWriteFailed.String() {
-			t.Errorf("%s = %q, want %q", annotationOutcome, got.outcome, outcomeWriteFailed.String())
+		if got.outcome != outcome.WriteFailed.String() {
+			t.Errorf("%s = %q, want %q", outcome.AnnotationOutcome, got.outcome, outcome.WriteFailed.String())
 		}
 		// The failed key, and only it, is tried again at the container.
 		if w := takeWrites(); len(w) != 1 || w[0].keys != "kernel.msgmax=16384" {
@@ -583,9 +584,9 @@ exclude:
 		pod  *api.PodSandbox
 		want ours
 	}{
-		{nriPod("web-a", "web", "network"), ours{sysctls: map[string]string{"net.core.somaxconn": "4096"}, injected: "net.core.somaxconn=4096", outcome: outcomeApplied.String()}},
-		{nriPod("default-b", "default", "network"), ours{outcome: outcomeNothingToApply.String()}},
-		{nriPod("web-unknown", "web", "network"), ours{outcome: outcomeLookupFailed.String()}},
+		{nriPod("web-a", "web", "network"), ours{sysctls: map[string]string{"net.core.somaxconn": "4096"}, injected: "net.core.somaxconn=4096", outcome: outcome.Applied.String()}},
+		{nriPod("default-b", "default", "network"), ours{outcome: outcome.NothingToApply.String()}},
+		{nriPod("web-unknown", "web", "network"), ours{outcome: outcome.LookupFailed.String()}},
 	}
 	for _, c := range handled {
 		if got := oursOf(rt.startPod(t, c.pod, nriContainer(c.pod.GetId()))); !reflect.DeepEqual(got, c.want) {

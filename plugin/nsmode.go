@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
@@ -86,11 +87,11 @@ func hostSideValues(list []sysctl.Sysctl, gids []policy.IDMapping, pod *api.PodS
 func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox) containerResult {
 	d, own, ok := p.decideForPod(ctx, rec, pod, nil)
 	if !ok {
-		return containerResult{outcome: outcomeLookupFailed}
+		return containerResult{outcome: outcome.LookupFailed}
 	}
 	if rec.needsWrite() {
 		if err := p.writeIntoPod(ctx, rec, pod, d, own, "CreateContainer"); err != nil {
-			return containerResult{outcome: outcomeWriteFailed, err: err}
+			return containerResult{outcome: outcome.WriteFailed, err: err}
 		}
 	}
 	written, errs, state := rec.namespaceOutcome()
@@ -98,11 +99,11 @@ func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	for _, e := range errs {
 		skipped = append(skipped, policy.Skipped{Key: e.Key, Code: policy.SkipWriteFailed, Reason: policy.ReasonWriteFailed + ": " + e.Err.Error()})
 	}
-	outcome := appliedOrNothing(written)
+	got := appliedOrNothing(written)
 	if state == writeFailed {
-		outcome = outcomeWriteFailed
+		got = outcome.WriteFailed
 	}
-	return containerResult{outcome: outcome, applied: written, skipped: skipped}
+	return containerResult{outcome: got, applied: written, skipped: skipped}
 }
 
 func joinWriteErrors(errs []podns.WriteError) error {
@@ -141,7 +142,7 @@ func (p *plugin) writePodSandbox(ctx context.Context, rec *podRecord, pod *api.P
 	if err := p.writeIntoPod(ctx, rec, pod, d, own, "RunPodSandbox"); err != nil {
 		// The pod gets no container: count it as one whose write
 		// failed, as CreateContainer counts its own.
-		p.meter.Load().containerOutcome(outcomeWriteFailed)
+		p.meter.Load().containerOutcome(outcome.WriteFailed)
 		return err
 	}
 	return nil

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 )
 
@@ -34,14 +35,14 @@ func TestNamespaceModeAnnotatesOnlyWhatWasWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := annotation(adj, annotationInjected), "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"; got != want {
+	if got, want := annotation(adj, outcome.AnnotationInjected), "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"; got != want {
 		t.Errorf("injected = %q, want %q (kernel.msgmax was never written)", got, want)
 	}
-	if got := annotation(adj, annotationSkipped); !strings.Contains(got, "kernel.msgmax (write failed: invalid argument)") {
+	if got := annotation(adj, outcome.AnnotationSkipped); !strings.Contains(got, "kernel.msgmax (write failed: invalid argument)") {
 		t.Errorf("skipped = %q, want kernel.msgmax with its write failure", got)
 	}
-	if got := annotation(adj, annotationOutcome); got != outcomeWriteFailed.String() {
-		t.Errorf("outcome = %q, want %q", got, outcomeWriteFailed.String())
+	if got := annotation(adj, outcome.AnnotationOutcome); got != outcome.WriteFailed.String() {
+		t.Errorf("outcome = %q, want %q", got, outcome.WriteFailed.String())
 	}
 	// Each container creation tries the failed key again, and only that one.
 	w.fail = nil
@@ -52,10 +53,10 @@ func TestNamespaceModeAnnotatesOnlyWhatWasWritten(t *testing.T) {
 	if got, want := strings.Join(w.calls, " | "), "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600 | kernel.msgmax=16384 | kernel.msgmax=16384"; got != want {
 		t.Errorf("writes %q, want %q", got, want)
 	}
-	if got := annotation(adj, annotationOutcome); got != outcomeApplied.String() {
-		t.Errorf("after the retry, outcome = %q, want %q", got, outcomeApplied.String())
+	if got := annotation(adj, outcome.AnnotationOutcome); got != outcome.Applied.String() {
+		t.Errorf("after the retry, outcome = %q, want %q", got, outcome.Applied.String())
 	}
-	if got := annotation(adj, annotationInjected); !strings.Contains(got, "kernel.msgmax=16384") {
+	if got := annotation(adj, outcome.AnnotationInjected); !strings.Contains(got, "kernel.msgmax=16384") {
 		t.Errorf("after the retry, injected = %q lacks kernel.msgmax", got)
 	}
 }

@@ -1,80 +1,29 @@
-package main
+package plugin
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
-// Annotations recorded on each container the plugin decides for, so that
-// `crictl inspect` shows what it did, and so that a restarted plugin can
-// tell at Synchronize which running containers it never saw.
-const (
-	annotationInjected = "nri-sysctl.io/injected"
-	annotationSkipped  = "nri-sysctl.io/skipped"
-	annotationOutcome  = "nri-sysctl.io/outcome"
-)
-
-// outcome is what one container got. Its table below is the one list of
-// outcomes: the outcome annotation, the metric label, the logs and audit's
-// verdict all read it.
-type outcome uint8
-
-const (
-	outcomeApplied outcome = iota
-	outcomeNothingToApply
-	outcomeExcluded
-	outcomeLookupFailed
-	outcomeWriteFailed
-	outcomeTimedOut
-
-	numOutcomes = iota
-)
-
-var outcomes = [numOutcomes]struct {
-	// name is the annotation's value and the metric's label.
-	name string
-	// lacking: the container lacks the defaults, for audit's reason why.
-	lacking string
-}{
-	outcomeApplied:        {name: "applied"},
-	outcomeNothingToApply: {name: "nothing_to_apply"},
-	outcomeExcluded:       {name: "excluded"},
-	outcomeLookupFailed:   {name: "lookup_failed", lacking: "the plugin could not read the pod's own sysctls and set nothing"},
-	outcomeWriteFailed:    {name: "write_failed", lacking: "some sysctls could not be written into the pod's namespaces"},
-	outcomeTimedOut:       {name: "timed_out", lacking: "the plugin could not decide within the runtime's deadline and set nothing"},
-}
-
-func (o outcome) String() string { return outcomes[o].name }
-
-// parseOutcome reads an outcome annotation; ok is false for a value no
-// outcome has.
-func parseOutcome(name string) (o outcome, ok bool) {
-	for o := range outcome(numOutcomes) {
-		if outcomes[o].name == name {
-			return o, true
-		}
-	}
-	return 0, false
-}
-
 // appliedOrNothing is the outcome of a container that got what it was given.
-func appliedOrNothing(applied []sysctl.Sysctl) outcome {
+func appliedOrNothing(applied []sysctl.Sysctl) outcome.Outcome {
 	if len(applied) > 0 {
-		return outcomeApplied
+		return outcome.Applied
 	}
-	return outcomeNothingToApply
+	return outcome.NothingToApply
 }
 
 // containerResult is what CreateContainer found for one container: finish turns it
 // into the annotations, the counts and the log line, so the three agree.
 type containerResult struct {
-	outcome outcome
-	// excludedBy names the exclusion criterion (outcomeExcluded).
+	outcome outcome.Outcome
+	// excludedBy names the exclusion criterion (outcome.Excluded).
 	excludedBy string
 	// applied is what the container really has; onSpec is set in spec
 	// mode, where the plugin puts applied on the container's spec.
@@ -100,17 +49,17 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 		}
 	}
 	if len(d.applied) > 0 {
-		adj.AddAnnotation(annotationInjected, formatApplied(d.applied))
+		adj.AddAnnotation(outcome.AnnotationInjected, formatApplied(d.applied))
 	}
 	skipped := formatSkipped(d.skipped)
 	if skipped != "" {
-		adj.AddAnnotation(annotationSkipped, skipped)
+		adj.AddAnnotation(outcome.AnnotationSkipped, skipped)
 	}
-	adj.AddAnnotation(annotationOutcome, d.outcome.String())
+	adj.AddAnnotation(outcome.AnnotationOutcome, d.outcome.String())
 	// Only a container that was decided for counts its keys: an excluded
 	// one, or one whose pod could not be looked up, was given none.
 	switch d.outcome {
-	case outcomeExcluded, outcomeLookupFailed, outcomeTimedOut:
+	case outcome.Excluded, outcome.LookupFailed, outcome.TimedOut:
 		m.containerOutcome(d.outcome)
 	default:
 		m.decided(pod.GetId(), d.outcome, d.applied, d.skipped)
@@ -120,9 +69,9 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 	}
 	log := p.podLog(pod).WithField("container", ctr.GetName())
 	switch d.outcome {
-	case outcomeExcluded:
+	case outcome.Excluded:
 		log.WithFields(logrus.Fields{"outcome": d.outcome.String(), "reason": d.excludedBy}).Debug("decision")
-	case outcomeLookupFailed, outcomeTimedOut:
+	case outcome.LookupFailed, outcome.TimedOut:
 		// ownSysctls or decideInTime logged why.
 	default:
 		log.WithFields(logrus.Fields{"applied": formatApplied(d.applied), "skipped": skipped, "outcome": d.outcome.String()}).Debug("decision")
@@ -208,13 +157,13 @@ func lackingDefaults(pol *policy.Policy, pods map[string]*api.PodSandbox, ctrs [
 			continue
 		}
 		ann := c.GetAnnotations()
-		if _, ok := ann[annotationOutcome]; ok {
+		if _, ok := ann[outcome.AnnotationOutcome]; ok {
 			continue
 		}
-		if _, ok := ann[annotationInjected]; ok {
+		if _, ok := ann[outcome.AnnotationInjected]; ok {
 			continue
 		}
-		if _, ok := ann[annotationSkipped]; ok {
+		if _, ok := ann[outcome.AnnotationSkipped]; ok {
 			continue
 		}
 		// Without the pod's own sysctls (not looked up here) this is an

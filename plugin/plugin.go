@@ -1,4 +1,8 @@
-package main
+// Package plugin is nri-sysctl's NRI plugin: the handlers the runtime
+// calls, a pod's record, the decision's inputs, namespace mode, what a
+// container is told and counted, reloads and metrics. Run serves it;
+// the binary's commands are in cmd/nri-sysctl.
+package plugin
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -10,21 +10,16 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
 	"github.com/sirupsen/logrus"
 )
 
-const testConfig = `
-sysctls:
-  net.ipv4.tcp_keepalive_time: 600
-  net.ipv4.tcp_keepalive_intvl: 60
-  kernel.msgmax: 16384
-exclude:
-  namespaces: [kube-system]
-`
+const testConfig = fixture.Config
 
 type fakeFetcher struct {
 	calls atomic.Int32
@@ -128,7 +123,7 @@ func TestCreateContainerSpecMode(t *testing.T) {
 			if got := adj.GetLinux().GetSysctl(); !reflect.DeepEqual(got, tc.wantSysctl) {
 				t.Errorf("sysctls = %v, want %v", got, tc.wantSysctl)
 			}
-			if got := annotation(adj, annotationInjected); got != tc.wantAnnotation {
+			if got := annotation(adj, outcome.AnnotationInjected); got != tc.wantAnnotation {
 				t.Errorf("annotation = %q, want %q", got, tc.wantAnnotation)
 			}
 		})
@@ -150,7 +145,7 @@ func TestCreateContainerExcludedPodIsNotLookedUp(t *testing.T) {
 	pod := testPod("x", "network", "ipc")
 	pod.Namespace = "kube-system"
 	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
-	if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" || annotation(adj, annotationOutcome) != outcomeExcluded.String() {
+	if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, outcome.AnnotationInjected) != "" || annotation(adj, outcome.AnnotationOutcome) != outcome.Excluded.String() {
 		t.Fatalf("excluded pod: adj=%v err=%v; want only the outcome annotation", adj, err)
 	}
 	if f.calls.Load() != 0 {
@@ -174,11 +169,11 @@ func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing
 			pod := testPod("y", "network", "ipc")
 			for i := 0; i < 3; i++ {
 				adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
-				if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, annotationInjected) != "" {
+				if err != nil || len(adj.GetLinux().GetSysctl()) > 0 || annotation(adj, outcome.AnnotationInjected) != "" {
 					t.Fatalf("unknown pod sysctls must not fail or set anything: adj=%v err=%v", adj, err)
 				}
-				if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed.String() {
-					t.Fatalf("outcome annotation %q, want %q", got, outcomeLookupFailed.String())
+				if got := annotation(adj, outcome.AnnotationOutcome); got != outcome.LookupFailed.String() {
+					t.Fatalf("outcome annotation %q, want %q", got, outcome.LookupFailed.String())
 				}
 			}
 			if n := f.calls.Load(); n != 3 {
@@ -189,7 +184,7 @@ func TestCreateContainerUnknownPodSysctlsSetsNothingUntilALookupWorks(t *testing
 			}
 			f.err = nil
 			adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
-			if err != nil || annotation(adj, annotationInjected) != "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600" {
+			if err != nil || annotation(adj, outcome.AnnotationInjected) != "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600" {
 				t.Fatalf("after the lookup worked: adj=%v err=%v", adj, err)
 			}
 			if mode == "namespace" && len(wrote) != 1 {
@@ -317,7 +312,7 @@ func TestRunPodSandboxNamespaceMode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(adj.GetLinux().GetSysctl()) != 0 || annotation(adj, annotationInjected) != "net.ipv4.tcp_keepalive_time=600" {
+			if len(adj.GetLinux().GetSysctl()) != 0 || annotation(adj, outcome.AnnotationInjected) != "net.ipv4.tcp_keepalive_time=600" {
 				t.Fatalf("namespace-mode adjustment = %v", adj)
 			}
 		})
@@ -343,9 +338,9 @@ func TestSynchronizeCountsContainersWithoutDefaults(t *testing.T) {
 	pods[1].Namespace = "kube-system" // excluded: never counted
 	running := api.ContainerState_CONTAINER_RUNNING
 	ctrs := []*api.Container{
-		{Id: "c1", PodSandboxId: "p1", State: running, Annotations: map[string]string{annotationInjected: "x=1"}},
+		{Id: "c1", PodSandboxId: "p1", State: running, Annotations: map[string]string{outcome.AnnotationInjected: "x=1"}},
 		{Id: "c2", PodSandboxId: "p1", State: running},
-		{Id: "c3", PodSandboxId: "p1", State: running, Annotations: map[string]string{annotationSkipped: "x (y)"}},
+		{Id: "c3", PodSandboxId: "p1", State: running, Annotations: map[string]string{outcome.AnnotationSkipped: "x (y)"}},
 		{Id: "c4", PodSandboxId: "p1", State: api.ContainerState_CONTAINER_STOPPED},
 		{Id: "c5", PodSandboxId: "p2", State: running},
 		{Id: "c6", PodSandboxId: "p1", State: running},

@@ -1,10 +1,11 @@
-package main
+package plugin
 
 import (
 	"context"
 	"slices"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
@@ -50,7 +51,7 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, pod *api.PodS
 	if !ok {
 		return policy.Decision{}, own, false
 	}
-	in := policy.Input{Pod: podInfo(pod), Existing: normalizedKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: writerFor(rec.cfg.mode)}
+	in := policy.Input{Pod: podInfo(pod), Existing: sysctl.NormalizeKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: rec.cfg.mode.Writer()}
 	d := rec.cfg.policy.Decide(in)
 	if (len(d.Profiles) > 0 || d.ProfilesRefused != "") && rec.firstProfileReport() {
 		p.reportProfiles(pod, d)
@@ -84,24 +85,9 @@ func (p *plugin) reportProfiles(pod *api.PodSandbox, d policy.Decision) {
 func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, pod *api.PodSandbox, ctr *api.Container) containerResult {
 	d, _, ok := p.decideForPod(ctx, rec, pod, ctr.GetLinux().GetSysctl())
 	if !ok {
-		return containerResult{outcome: outcomeLookupFailed}
+		return containerResult{outcome: outcome.LookupFailed}
 	}
 	return containerResult{outcome: appliedOrNothing(d.Apply), applied: d.Apply, onSpec: true, skipped: d.Skipped}
-}
-
-// normalizedKeys puts keys another plugin set in slash form into dot form,
-// so that the decision recognises them.
-func normalizedKeys(in map[string]string) map[string]string {
-	for k := range in {
-		if sysctl.Normalize(k) != k {
-			out := make(map[string]string, len(in))
-			for k, v := range in {
-				out[sysctl.Normalize(k)] = v
-			}
-			return out
-		}
-	}
-	return in
 }
 
 func podName(pod *api.PodSandbox) string {
@@ -131,7 +117,7 @@ func (p *plugin) decideContainer(ctx context.Context, rec *podRecord, pod *api.P
 	if why := rec.cfg.policy.Excluded(podInfo(pod)); why != "" {
 		// Only the outcome: a restarted plugin, or audit, can then tell
 		// an excluded container from one created while it was away.
-		return containerResult{outcome: outcomeExcluded, excludedBy: why}
+		return containerResult{outcome: outcome.Excluded, excludedBy: why}
 	}
 	if rec.cfg.mode == runtimemode.Namespace {
 		return p.decideInNamespaceMode(ctx, rec, pod)

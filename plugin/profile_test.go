@@ -1,35 +1,22 @@
-package main
+package plugin
 
 import (
 	"bytes"
 	"context"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
-	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
 	"github.com/sirupsen/logrus"
 )
 
-const profileConfig = `
-sysctls:
-  net.ipv4.tcp_keepalive_time: 600
-  net.core.somaxconn: 1024
-profiles:
-  low-latency:
-    allowedNamespaces: ["trading-*"]
-    sysctls: {net.ipv4.tcp_slow_start_after_idle: 0, net.core.somaxconn: 4096}
-  many-conns:
-    sysctls: {net.core.somaxconn: 8192}
-exclude:
-  annotations: {nri-sysctl.io/off: "true"}
-`
+const profileConfig = fixture.ProfilesConfig
 
 func profilePod(id, namespace, profiles string) *api.PodSandbox {
 	pod := testPod(id, "network", "ipc", "uts")
@@ -64,13 +51,13 @@ func TestProfileAnnotationsOnTheContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 			ann := adj.GetAnnotations()
-			if got := ann[annotationInjected]; got != tc.injected {
+			if got := ann[outcome.AnnotationInjected]; got != tc.injected {
 				t.Errorf("injected = %q, want %q", got, tc.injected)
 			}
-			if got := ann[annotationSkipped]; got != tc.skipped {
+			if got := ann[outcome.AnnotationSkipped]; got != tc.skipped {
 				t.Errorf("skipped = %q, want %q", got, tc.skipped)
 			}
-			if got := ann[annotationOutcome]; got != tc.result {
+			if got := ann[outcome.AnnotationOutcome]; got != tc.result {
 				t.Errorf("outcome = %q, want %q", got, tc.result)
 			}
 		})
@@ -83,7 +70,7 @@ func TestProfileAnnotationsOnTheContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ann := adj.GetAnnotations(); ann[annotationOutcome] != "excluded" || ann[annotationInjected] != "" || ann[annotationSkipped] != "" {
+	if ann := adj.GetAnnotations(); ann[outcome.AnnotationOutcome] != "excluded" || ann[outcome.AnnotationInjected] != "" || ann[outcome.AnnotationSkipped] != "" {
 		t.Errorf("excluded pod annotations = %v, want the outcome excluded alone", ann)
 	}
 }
@@ -121,88 +108,6 @@ func TestProfileMetricCountedOncePerPod(t *testing.T) {
 	}
 }
 
-func TestExplainAnnotation(t *testing.T) {
-	path := writeFile(t, profileConfig)
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"two profiles, in order", []string{"--namespace", "trading-eu", "--annotation", "nri-sysctl.io/profiles=low-latency,many-conns"}, `
-net.core.somaxconn 8192 applied
-net.ipv4.tcp_keepalive_time 600 applied
-net.ipv4.tcp_slow_start_after_idle 0 applied
-rules: none match
-profiles: low-latency applied, many-conns applied (in this order; a later profile overrides an earlier one)
-excluded: no
-`},
-		{"not allowed and unknown", []string{"--namespace", "default", "--annotation", "nri-sysctl.io/profiles=low-latency,x"}, `
-net.core.somaxconn 1024 applied
-net.ipv4.tcp_keepalive_time 600 applied
-net.ipv4.tcp_slow_start_after_idle - not set (no default and no matching rule)
-rules: none match
-profiles: low-latency skipped (not allowed in namespace default), x skipped (no such profile) (in this order; a later profile overrides an earlier one)
-excluded: no
-`},
-		{"excluded by annotation", []string{"--namespace", "trading-eu", "--annotation", "nri-sysctl.io/profiles=low-latency", "--annotation", "nri-sysctl.io/off=true"}, `
-net.core.somaxconn - skipped (pod excluded: annotation nri-sysctl.io/off=true)
-net.ipv4.tcp_keepalive_time - skipped (pod excluded: annotation nri-sysctl.io/off=true)
-net.ipv4.tcp_slow_start_after_idle - skipped (pod excluded: annotation nri-sysctl.io/off=true)
-rules: not applied (the pod is excluded)
-profiles: not applied (the pod is excluded)
-excluded: yes, by annotation nri-sysctl.io/off=true
-`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { wantExplain(t, path, tc.args, tc.want) })
-	}
-}
-
-func TestValidateWarnsOfUnboundedProfile(t *testing.T) {
-	path := writeFile(t, profileConfig)
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"validate", "--config", path, "--skip-kernel-check"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d, want 0 (a warning does not fail); stderr:\n%s", code, stderr.String())
-	}
-	want := "warning: " + path + ":10: profiles.many-conns.sysctls.net.core.somaxconn: not in Kubernetes' safe set, and the profile has no allowedNamespaces: a pod in any namespace can ask for it\n"
-	if stderr.String() != want {
-		t.Errorf("stderr = %q, want %q", stderr.String(), want)
-	}
-	if !strings.Contains(stdout.String(), "valid (2 default(s), 0 rule(s), 2 profile(s))") {
-		t.Errorf("stdout = %q", stdout.String())
-	}
-}
-
-// audit expects a profile's values where the pod's annotation asked for
-// one, and the defaults where it did not.
-func TestAuditJudgesProfiles(t *testing.T) {
-	pol := policy.Compile(mustParse(t, profileConfig), nil)
-	own := policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
-	asked := policy.Input{Pod: policy.Pod{Namespace: "trading-eu", Own: own, Annotations: map[string]string{config.ProfilesAnnotation: "low-latency"}}}
-	notAsked := policy.Input{Pod: policy.Pod{Namespace: "trading-eu", Own: own}}
-	withProfile := map[string]podns.Value{
-		"net.core.somaxconn": {Value: "4096"}, "net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_slow_start_after_idle": {Value: "0"},
-	}
-	if v := judge(auditInput{policy: pol, decision: asked, live: withProfile}); !v.ok {
-		t.Errorf("pod that asked, with the profile's values: %+v, want ok", v)
-	}
-	if v := judge(auditInput{policy: pol, decision: notAsked, live: withProfile}); v.ok || !strings.Contains(v.why, "net.core.somaxconn=4096, want 1024") {
-		t.Errorf("pod that did not ask, with the profile's values: %+v, want lacking somaxconn 1024", v)
-	}
-}
-
-// audit decides with the pod's annotations as CRI lists them.
-func TestAuditContainersCarryPodAnnotations(t *testing.T) {
-	pod := &cri.Pod{ID: "p1", Namespace: "trading-eu", Name: "web", Annotations: map[string]string{config.ProfilesAnnotation: "low-latency"}}
-	got, err := auditContainers(context.Background(), []cri.Container{{Pod: pod, ID: "c1", Name: "app"}}, false, "", "", io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[0].pod.decision.Pod.Annotations[config.ProfilesAnnotation] != "low-latency" {
-		t.Fatalf("audit pods = %+v, want the pod's annotations in its decision", got)
-	}
-}
-
 // Namespace mode: the profile's keys are written into the pod's namespaces
 // at RunPodSandbox, and the profile is counted once for the pod, not again
 // at each container.
@@ -229,7 +134,7 @@ func TestProfileInNamespaceMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := adj.GetAnnotations()[annotationSkipped]; got != "profile/x (no such profile)" {
+		if got := adj.GetAnnotations()[outcome.AnnotationSkipped]; got != "profile/x (no such profile)" {
 			t.Errorf("%s: skipped = %q", name, got)
 		}
 	}

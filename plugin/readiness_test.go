@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func TestReadinessWaitsForContainerd(t *testing.T) {
 	p := newPlugin(log, nil, "")
 	p.metricsListener.flag = "127.0.0.1:0"
 	t.Cleanup(p.metricsListener.close)
-	conns := newLookups(log, options{containerdAddress: sock, containerdAddressSet: true, containerdNamespace: "k8s.io"}, 0)
+	conns := newLookups(log, ContainerdFlags{Address: sock, AddressSet: true, Namespace: "k8s.io"}, 0)
 	t.Cleanup(conns.Close)
 	p.connect = conns.connect
 	if err := p.applyConfig(mustParse(t, testConfig)); err != nil {
@@ -135,7 +135,7 @@ func TestDiscoveredLookupAnswers(t *testing.T) {
 	ttrpc, grpcSock := filepath.Join(dir, "a.sock.ttrpc"), filepath.Join(dir, "b.sock")
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	l := newLookups(log, options{}, 0)
+	l := newLookups(log, ContainerdFlags{}, 0)
 	t.Cleanup(l.Close)
 	d := &discoveredLookup{lookups: l, namespace: "k8s.io", candidates: []containerdTarget{{address: ttrpc, namespace: "k8s.io"}, {address: grpcSock, namespace: "k8s.io"}}}
 	ok, why := d.answers(context.Background())

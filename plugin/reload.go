@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
 
@@ -75,7 +76,7 @@ func (p *plugin) userNamespaceRefusals(cfg *config.Config, prev *loaded) (policy
 	if p.check == nil || len(keys) == 0 {
 		return nil, nil
 	}
-	res, err := checkUserNamespace(cfg)
+	res, err := CheckUserNamespace(cfg, probeUserNamespace)
 	var problems config.Problems
 	switch {
 	case errors.As(err, &problems):
@@ -98,14 +99,18 @@ func (p *plugin) userNamespaceRefusals(cfg *config.Config, prev *loaded) (policy
 	return policy.RefusalsOf(res.Refused), nil
 }
 
-// probeUserNamespace is swapped in tests.
-var probeUserNamespace = probe.UserNamespace
+// UserNamespaceProbe runs the user namespace probe with values per writer.
+type UserNamespaceProbe func(values map[sysctl.Writer]map[string][]string) (probe.UserNamespaceResult, error)
 
-// checkUserNamespace runs the user namespace probe with the values cfg
+// probeUserNamespace is swapped in tests.
+var probeUserNamespace UserNamespaceProbe = probe.UserNamespace
+
+// CheckUserNamespace runs the user namespace probe (run: probe.UserNamespace
+// but in tests) with the values cfg
 // gives user-namespace pods. It fails with config.Problems when a writer
 // is refused one of them, and with the probe's error when it could not run.
-func checkUserNamespace(cfg *config.Config) (probe.UserNamespaceResult, error) {
-	res, err := probeUserNamespace(policy.UserNamespaceValues(cfg, probeGIDs()))
+func CheckUserNamespace(cfg *config.Config, run UserNamespaceProbe) (probe.UserNamespaceResult, error) {
+	res, err := run(policy.UserNamespaceValues(cfg, probeGIDs()))
 	if err != nil {
 		return res, err
 	}

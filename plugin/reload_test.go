@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -9,10 +9,13 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
 
@@ -26,12 +29,12 @@ func TestReloadSwapsConfigAndLookupTogether(t *testing.T) {
 		"/run/b.sock": {own: map[string]string{"net.ipv4.tcp_keepalive_intvl": "2"}},
 	}
 	p.connect = func(cfg *config.Config) (podsysctl.Fetcher, error) { return byAddress[cfg.ContainerdAddress], nil }
-	p.reload(writeFile(t, testConfig+"containerdAddress: /run/a.sock\n"))
+	p.reload(trusteddir.WriteConfig(t, testConfig+"containerdAddress: /run/a.sock\n"))
 	podA := testPod("ra", "network", "ipc")
 	if err := p.RunPodSandbox(context.Background(), podA); err != nil {
 		t.Fatal(err)
 	}
-	p.reload(writeFile(t, testConfig+"containerdAddress: /run/b.sock\n"))
+	p.reload(trusteddir.WriteConfig(t, testConfig+"containerdAddress: /run/b.sock\n"))
 	adjA, _, _ := p.CreateContainer(context.Background(), podA, &api.Container{Name: "app"})
 	adjB, _, _ := p.CreateContainer(context.Background(), testPod("rb", "network", "ipc"), &api.Container{Name: "app"})
 	if _, set := adjA.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_time"]; set {
@@ -60,12 +63,12 @@ func TestLoadInitialConfig(t *testing.T) {
 
 func TestReloadKeepsOldConfigOnError(t *testing.T) {
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
 	p.reload(path)
 	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
 		t.Fatalf("after good reload: %v", got)
 	}
-	bad := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 100\n  vm.swappiness: 1\n")
+	bad := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 100\n  vm.swappiness: 1\n")
 	p.reload(bad)
 	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "300" {
 		t.Fatalf("a bad reload must keep the old config whole: %v", got)
@@ -90,13 +93,13 @@ func TestReloadAppliesToNewPodsOnly(t *testing.T) {
 				t.Fatal(err)
 			}
 			first, _, _ := p.CreateContainer(ctx, pod, &api.Container{Name: "first"})
-			p.reload(writeFile(t, concCfgB))
+			p.reload(trusteddir.WriteConfig(t, concCfgB))
 			second, _, _ := p.CreateContainer(ctx, pod, &api.Container{Name: "second"})
 			if canonicalAdj(first) != canonicalAdj(second) {
 				t.Fatalf("containers of one pod differ across a reload:\n%s\n---\n%s", canonicalAdj(first), canonicalAdj(second))
 			}
 			wantA := "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"
-			if got := annotation(second, annotationInjected); got != wantA {
+			if got := annotation(second, outcome.AnnotationInjected); got != wantA {
 				t.Fatalf("second container of the old pod: %q, want config A's %q", got, wantA)
 			}
 			newPod := testPod("new", "network", "ipc")
@@ -105,7 +108,7 @@ func TestReloadAppliesToNewPodsOnly(t *testing.T) {
 			}
 			third, _, _ := p.CreateContainer(ctx, newPod, &api.Container{Name: "third"})
 			wantB := "net.core.somaxconn=4096,net.ipv4.tcp_keepalive_time=300"
-			if got := annotation(third, annotationInjected); got != wantB {
+			if got := annotation(third, outcome.AnnotationInjected); got != wantB {
 				t.Fatalf("pod created after the reload: %q, want config B's %q", got, wantB)
 			}
 			if p.mode() == "namespace" {
@@ -128,9 +131,9 @@ func TestReloadInheritsHostValues(t *testing.T) {
 		return nil, nil, nil
 	}
 	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) { return nil, nil })
-	p.reload(writeFile(t, "inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"))
+	p.reload(trusteddir.WriteConfig(t, "inheritFromHost: [net.ipv4.tcp_keepalive_time]\n"))
 	cfg := p.current.Load().cfg
-	want := []config.Entry{{Key: "net.ipv4.tcp_keepalive_time", Value: hostValue(t, "net/ipv4/tcp_keepalive_time"), Line: 1, Source: config.SourceHost, Pattern: "net.ipv4.tcp_keepalive_time"}}
+	want := []config.Entry{{Key: "net.ipv4.tcp_keepalive_time", Value: fixture.HostValue(t, "net/ipv4/tcp_keepalive_time"), Line: 1, Source: config.SourceHost, Pattern: "net.ipv4.tcp_keepalive_time"}}
 	if !reflect.DeepEqual(cfg.Sysctls, want) {
 		t.Errorf("after the reload: %+v, want %+v", cfg.Sysctls, want)
 	}
@@ -146,7 +149,7 @@ func TestReloadedModeAppliesToNewPods(t *testing.T) {
 	if err := p.RunPodSandbox(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
-	p.reload(writeFile(t, testConfig+"mode: namespace\n"))
+	p.reload(trusteddir.WriteConfig(t, testConfig+"mode: namespace\n"))
 	if p.mode() != runtimemode.Namespace {
 		t.Fatalf("mode after reload: %s, want namespace", p.mode())
 	}
@@ -173,7 +176,7 @@ func TestReloadSwapsConfigAndModeAsOne(t *testing.T) {
 	var rec *podRecord
 	beforeConfigStore = func() { rec = p.record(testPod("mid-reload", "network", "ipc", "uts")) }
 	t.Cleanup(func() { beforeConfigStore = nil })
-	p.reload(writeFile(t, testConfig+"mode: namespace\n"))
+	p.reload(trusteddir.WriteConfig(t, testConfig+"mode: namespace\n"))
 	if p.mode() != runtimemode.Namespace {
 		t.Fatalf("the reload did not put namespace mode in force: %s", p.mode())
 	}

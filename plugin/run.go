@@ -1,9 +1,8 @@
-package main
+package plugin
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,140 +13,41 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/coreos/go-systemd/v22/daemon"
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
-	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/sirupsen/logrus"
 )
 
-type options struct {
-	configPath          string
-	nriSocket           string
-	pluginName          string
-	pluginIdx           string
-	containerdAddress   string
-	containerdNamespace string
-	metricsAddress      string
-	// Set when the flag was given: it then wins over the config.
-	containerdAddressSet   bool
-	containerdNamespaceSet bool
-	logLevel               string
-	logFormat              string
-	logFile                string
-	mode                   runtimemode.Mode
-	skipKernelCheck        bool
-	allowInsecureConfig    bool
-	watchConfig            time.Duration
-	removeTaint            bool
-	lastGoodConfig         string
-	kubernetesEvents       bool
-}
-
-// pluginFlags declares the plugin's own flags: run with no command.
-func pluginFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
-	o := &options{}
-	o.declare(fs)
-	return func(_ []string, _, stderr io.Writer) int {
-		if err := o.check(fs, stderr); err != nil {
-			return 2
-		}
-		return runPlugin(*o, stderr)
-	}
-}
-
-// parseRunFlags parses the plugin's flags as run does.
-func parseRunFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("nri-sysctl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { printUsage(stderr) }
-	o.declare(fs)
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	return o, o.check(fs, stderr)
-}
-
-func (o *options) declare(fs *flag.FlagSet) {
-	fs.StringVar(&o.configPath, "config", config.DefaultPath, "config file")
-	fs.StringVar(&o.nriSocket, "nri-socket", api.DefaultSocketPath, "NRI socket to connect to")
-	fs.StringVar(&o.pluginName, "plugin-name", "sysctl", "plugin name to register with")
-	fs.StringVar(&o.pluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
-	fs.StringVar(&o.containerdAddress, "containerd-address", defaultContainerdAddress, "containerd gRPC socket, to look up pods' own sysctls")
-	fs.StringVar(&o.containerdNamespace, "containerd-namespace", defaultContainerdNamespace, "containerd namespace of the CRI pods")
-	fs.StringVar(&o.metricsAddress, "metrics-address", "", "serve /metrics, /healthz and /livez on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.logFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")
-	fs.Func("mode", "override the config's mode: auto, spec or namespace", func(s string) (err error) {
-		o.mode, err = runtimemode.Parse(s)
-		return err
-	})
-	fs.BoolVar(&o.skipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
-	fs.BoolVar(&o.allowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
-	fs.DurationVar(&o.watchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
-	fs.BoolVar(&o.removeTaint, "remove-taint", false, "remove the taint "+notReadyTaintKey+":"+notReadyTaintEffect+" from this node (env NODE_NAME) once registered, synchronized and containerd answers pod lookups, through the API server as the pod's service account")
-	fs.StringVar(&o.lastGoodConfig, "last-good-config", "", "keep the text of each config put in force in this file (absolute path; written atomically, mode 0600), and start on it when the config file is rejected (default: off, a rejected config file stops the plugin)")
-	fs.BoolVar(&o.kubernetesEvents, "kubernetes-events", false, "report rejected configs as Kubernetes Events on this plugin's pod (env POD_NAME, POD_NAMESPACE, POD_UID), through the API server as the pod's service account")
-}
-
-// check refuses flag values that parse but make no sense, once parsed.
-func (o *options) check(fs *flag.FlagSet, stderr io.Writer) error {
-	if err := checkLastGoodConfig(o.lastGoodConfig, o.configPath); err != nil {
-		fmt.Fprintln(stderr, err)
-		return err
-	}
-	if o.watchConfig < 0 {
-		fmt.Fprintf(stderr, "bad --watch-config %s: want a positive duration, or 0 for off\n", o.watchConfig)
-		return fmt.Errorf("bad --watch-config")
-	}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "containerd-address":
-			o.containerdAddressSet = true
-		case "containerd-namespace":
-			o.containerdNamespaceSet = true
-		}
-	})
-	if err := checkMetricsAddress(o.metricsAddress); err != nil {
-		fmt.Fprintln(stderr, err)
-		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return fmt.Errorf("unexpected argument")
-	}
-	return nil
-}
-
-func runPlugin(o options, stderr io.Writer) int {
+// Run runs the plugin with o until SIGINT or SIGTERM, and returns its exit
+// code: 0 when stopped by a signal, 1 when it refuses to start or its
+// pre-installed connection ends, 2 for a bad log setting.
+func Run(o Options, stderr io.Writer) int {
 	// Caught before anything slow: an early SIGHUP must not kill the process.
 	hup, stopHUP := notifyOnSIGHUP()
 	defer stopHUP()
 
 	log := logrus.New()
-	level, err := logrus.ParseLevel(o.logLevel)
+	level, err := logrus.ParseLevel(o.LogLevel)
 	if err != nil {
-		fmt.Fprintf(stderr, "bad --log-level %q: %v\n", o.logLevel, err)
+		fmt.Fprintf(stderr, "bad --log-level %q: %v\n", o.LogLevel, err)
 		return 2
 	}
 	log.SetLevel(level)
 	preinstalled := os.Getenv(api.PluginSocketEnvVar) != ""
-	where, closeLog, err := setupLogging(log, stderr, o.logFormat, o.logFile, preinstalled)
+	where, closeLog, err := setupLogging(log, stderr, o.LogFormat, o.LogFile, preinstalled)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	defer closeLog()
-	log.WithFields(logrus.Fields{"version": version, "log": where, "preinstalled": preinstalled}).Info("nri-sysctl starting")
+	log.WithFields(logrus.Fields{"version": o.Version, "log": where, "preinstalled": preinstalled}).Info("nri-sysctl starting")
 
-	p := newPlugin(log, kernelChecker(o.skipKernelCheck), o.mode)
-	p.allowInsecureConfig = o.allowInsecureConfig
-	p.metricsListener.flag = o.metricsAddress
+	p := newPlugin(log, probe.KernelCheck(o.SkipKernelCheck), o.Mode)
+	p.allowInsecureConfig = o.AllowInsecureConfig
+	p.metricsListener.flag = o.MetricsAddress
 	defer p.metricsListener.close()
-	p.lastGoodPath = o.lastGoodConfig
-	if o.kubernetesEvents {
-		events, stopEvents, err := startEvents(log)
+	p.lastGoodPath = o.LastGoodConfig
+	if o.KubernetesEvents {
+		events, stopEvents, err := startEvents(log, userAgent(o.Version))
 		if err != nil {
 			log.WithError(err).Error("refusing to start")
 			return 1
@@ -159,10 +59,10 @@ func runPlugin(o options, stderr io.Writer) int {
 	if preinstalled {
 		parentPID = os.Getppid()
 	}
-	conns := newLookups(log, o, parentPID)
+	conns := newLookups(log, o.Containerd, parentPID)
 	defer conns.Close()
 	p.connect = conns.connect
-	if err := p.loadInitialConfig(o.configPath, preinstalled); err != nil {
+	if err := p.loadInitialConfig(o.ConfigPath, preinstalled); err != nil {
 		log.WithError(err).Error("refusing to start")
 		return 1
 	}
@@ -178,12 +78,12 @@ func runPlugin(o options, stderr io.Writer) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	reloads := hup
-	if o.watchConfig > 0 {
-		reloads = p.watchConfigFile(ctx, o.configPath, o.watchConfig, hup)
+	if o.WatchConfig > 0 {
+		reloads = p.watchConfigFile(ctx, o.ConfigPath, o.WatchConfig, hup)
 	}
-	go p.watchReloads(ctx, o.configPath, reloads)
-	if o.removeTaint {
-		if err := startTaintRemoval(ctx, log, p.synchronized, readiness{check: p.lookupReady, interval: time.Second}); err != nil {
+	go p.watchReloads(ctx, o.ConfigPath, reloads)
+	if o.RemoveTaint {
+		if err := startTaintRemoval(ctx, log, userAgent(o.Version), p.synchronized, readiness{check: p.lookupReady, interval: time.Second}); err != nil {
 			log.WithError(err).Error("refusing to start")
 			return 1
 		}
@@ -201,9 +101,9 @@ func runPlugin(o options, stderr io.Writer) int {
 		// A pre-installed plugin gets its name, index and socket from
 		// the NRI environment that containerd sets.
 		stubOpts = append(stubOpts,
-			stub.WithPluginName(o.pluginName),
-			stub.WithPluginIdx(o.pluginIdx),
-			stub.WithSocketPath(o.nriSocket))
+			stub.WithPluginName(o.PluginName),
+			stub.WithPluginIdx(o.PluginIdx),
+			stub.WithSocketPath(o.NRISocket))
 	}
 	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
 	for {

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
 
 func TestBackoff(t *testing.T) {
@@ -27,9 +29,9 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestPluginRefusesToStartOnBadConfig(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
+	path := trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 1\n")
+	var stderr bytes.Buffer
+	code := Run(testOptions(path, filepath.Join(t.TempDir(), "none.sock")), &stderr)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
@@ -42,13 +44,19 @@ func TestPluginRefusesInsecureConfig(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the check wants root-owned files")
 	}
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
 	if err := os.Chmod(path, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"--config", path, "--nri-socket", filepath.Join(t.TempDir(), "none.sock"), "--skip-kernel-check"}, &stdout, &stderr)
+	var stderr bytes.Buffer
+	code := Run(testOptions(path, filepath.Join(t.TempDir(), "none.sock")), &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "writable by group or others (mode 0666)") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
+}
+
+// testOptions are the flags' defaults, with the config at path, the NRI
+// socket at socket and no kernel probe.
+func testOptions(path, socket string) Options {
+	return Options{Version: "test", ConfigPath: path, NRISocket: socket, PluginName: "sysctl", PluginIdx: "90", LogLevel: "info", LogFormat: "text", SkipKernelCheck: true}
 }

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -40,8 +41,8 @@ func TestHandlersAnswerBeforeTheDeadline(t *testing.T) {
 	if late := time.Since(deadline); late > -20*time.Millisecond {
 		t.Errorf("answered %v after the runtime's deadline (want before it, with a margin)", late)
 	}
-	if got := annotation(adj, annotationOutcome); got != outcomeLookupFailed.String() {
-		t.Errorf("outcome %q, want %q", got, outcomeLookupFailed.String())
+	if got := annotation(adj, outcome.AnnotationOutcome); got != outcome.LookupFailed.String() {
+		t.Errorf("outcome %q, want %q", got, outcome.LookupFailed.String())
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -25,12 +25,12 @@ const (
 // once the plugin is registered with the runtime, synchronized and
 // containerd answers its pod lookups (ready). It retries with backoff
 // until the taint is gone or ctx ends.
-func startTaintRemoval(ctx context.Context, log *logrus.Logger, synchronized <-chan struct{}, ready readiness) error {
+func startTaintRemoval(ctx context.Context, log *logrus.Logger, userAgent string, synchronized <-chan struct{}, ready readiness) error {
 	node := os.Getenv("NODE_NAME")
 	if node == "" {
 		return errors.New("--remove-taint: the environment variable NODE_NAME is empty; set it from the downward API (fieldRef: spec.nodeName)")
 	}
-	c, err := kubeapi.New(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), kubeapi.ServiceAccountDir, "nri-sysctl/"+version)
+	c, err := kubeapi.New(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), kubeapi.ServiceAccountDir, userAgent)
 	if err != nil {
 		return fmt.Errorf("--remove-taint: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -40,13 +40,13 @@ func (f *fakeTaintRemover) state() (calls int, tainted bool) {
 
 func TestStartTaintRemovalNeedsNodeName(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
-	err := startTaintRemoval(context.Background(), logrus.New(), make(chan struct{}), readiness{})
+	err := startTaintRemoval(context.Background(), logrus.New(), "nri-sysctl/test", make(chan struct{}), readiness{})
 	if err == nil || !strings.Contains(err.Error(), "NODE_NAME") || !strings.Contains(err.Error(), "spec.nodeName") {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("NODE_NAME", "n")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if err := startTaintRemoval(context.Background(), logrus.New(), make(chan struct{}), readiness{}); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+	if err := startTaintRemoval(context.Background(), logrus.New(), "nri-sysctl/test", make(chan struct{}), readiness{}); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Fatalf("err = %v", err)
 	}
 }

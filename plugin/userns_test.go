@@ -1,43 +1,31 @@
-package main
+package plugin
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
 	"github.com/sirupsen/logrus"
 )
 
 // fakeUserNamespaceProbe replaces the user namespace probe for one test
-// with fn, which is asked about the names alone and stores every value as
-// written.
+// (fixture.UserNamespaceProbe).
 func fakeUserNamespaceProbe(t *testing.T, fn func([]string) (map[sysctl.Writer]map[string]error, error)) {
 	t.Helper()
 	previous := probeUserNamespace
-	probeUserNamespace = func(values map[sysctl.Writer]map[string][]string) (probe.UserNamespaceResult, error) {
-		refused, err := fn(slices.Sorted(maps.Keys(values[sysctl.WriterInPod])))
-		return probe.UserNamespaceResult{Refused: refused}, err
-	}
+	probeUserNamespace = fixture.UserNamespaceProbe(fn)
 	t.Cleanup(func() { probeUserNamespace = previous })
-}
-
-// probedOn618 is what the probe finds on 6.18 for these keys.
-func probedOn618([]string) (map[sysctl.Writer]map[string]error, error) {
-	return map[sysctl.Writer]map[string]error{
-		sysctl.WriterInPod: {"kernel.domainname": probe.ErrDeniedInUserNamespace},
-		sysctl.WriterHost:  {"kernel.msgmax": probe.ErrDeniedInUserNamespace},
-	}, nil
 }
 
 // newProbingPlugin is a plugin whose kernel check passes everything, so
@@ -60,7 +48,7 @@ sysctls:
 // runc in the pod may not set kernel.domainname, host root may not set
 // kernel.msgmax: each mode leaves out what its writer is refused.
 func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
-	fakeUserNamespaceProbe(t, probedOn618)
+	fakeUserNamespaceProbe(t, fixture.ProbedOn618)
 	pod := testPod("u", "network", "ipc", "uts", "user")
 
 	spec := newProbingPlugin()
@@ -76,7 +64,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	if got := adj.GetLinux().GetSysctl(); !reflect.DeepEqual(got, wantSpec) {
 		t.Errorf("spec mode sets %v, want %v", got, wantSpec)
 	}
-	if got, want := annotation(adj, annotationSkipped), "kernel.domainname (the kernel refuses it inside a user namespace when runc in the pod writes it)"; got != want {
+	if got, want := annotation(adj, outcome.AnnotationSkipped), "kernel.domainname (the kernel refuses it inside a user namespace when runc in the pod writes it)"; got != want {
 		t.Errorf("spec mode skips %q, want %q", got, want)
 	}
 
@@ -102,7 +90,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 // then get keys the kernel refuses them.
 func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
 	p := newProbingPlugin()
-	fakeUserNamespaceProbe(t, probedOn618)
+	fakeUserNamespaceProbe(t, fixture.ProbedOn618)
 	if err := p.applyConfig(mustParse(t, usernsConfig)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/sirupsen/logrus"
 )
 
@@ -24,7 +25,7 @@ type configMapDir struct {
 }
 
 func newConfigMapDir(t *testing.T, text string) *configMapDir {
-	d := &configMapDir{t: t, dir: configDir(t)}
+	d := &configMapDir{t: t, dir: trusteddir.Dir(t)}
 	d.update(text)
 	if err := os.Symlink("..data/config.yaml", filepath.Join(d.dir, "config.yaml")); err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ func TestWatchConfigFileFollowsConfigMapUpdates(t *testing.T) {
 
 // Polling does not reload an unchanged file, and SIGHUP still reloads.
 func TestWatchConfigFileForwardsSIGHUP(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
 	p := newTestPlugin(t, "", &fakeFetcher{})
 	p.reload(path)
 	hup := make(chan os.Signal, 1)
@@ -151,7 +152,7 @@ func TestWatchConfigFileForwardsSIGHUP(t *testing.T) {
 	}
 
 	// A slow poll: only SIGHUP can reload within the test.
-	path2 := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	path2 := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
 	p2 := newTestPlugin(t, "", &fakeFetcher{})
 	p2.reload(path2)
 	hup2 := make(chan os.Signal, 1)
@@ -170,7 +171,7 @@ func TestWatchConfigFileForwardsSIGHUP(t *testing.T) {
 // first look is a change: the watcher starts from what was loaded, not
 // from the file as it is when it starts.
 func TestWatchConfigFileReloadsEditBeforeWatchStart(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
 	p := newTestPlugin(t, "", &fakeFetcher{})
 	p.reload(path)
 	if err := os.WriteFile(path+".new", []byte("sysctls:\n  net.ipv4.tcp_keepalive_time: 450\n"), 0o600); err != nil {
@@ -185,7 +186,7 @@ func TestWatchConfigFileReloadsEditBeforeWatchStart(t *testing.T) {
 
 // A file that goes missing is reported once and the config stays.
 func TestWatchConfigFileMissingFile(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
 	p := newTestPlugin(t, "", &fakeFetcher{})
 	p.reload(path)
 	logs := startWatching(t, p, path, 10*time.Millisecond, make(chan os.Signal))
@@ -209,16 +210,5 @@ func TestConfigDigestRefusesFIFO(t *testing.T) {
 	}
 	if _, err := configDigest(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("configDigest(fifo) = %v, want a not-a-regular-file error", err)
-	}
-}
-
-func TestWatchConfigFlag(t *testing.T) {
-	var stderr bytes.Buffer
-	o, err := parseRunFlags([]string{"--watch-config=2s", "--remove-taint"}, &stderr)
-	if err != nil || o.watchConfig != 2*time.Second || !o.removeTaint {
-		t.Fatalf("parse: %+v %v", o, err)
-	}
-	if _, err := parseRunFlags([]string{"--watch-config=-1s"}, &stderr); err == nil {
-		t.Fatal("a negative --watch-config was accepted")
 	}
 }

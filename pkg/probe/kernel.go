@@ -105,3 +105,12 @@ func checkWritable(path string) error {
 	}
 	return nil
 }
+
+// KernelCheck is the kernel check a config is loaded with: Kernel, or
+// none when skip (--skip-kernel-check).
+func KernelCheck(skip bool) func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+	if skip {
+		return nil
+	}
+	return Kernel
+}

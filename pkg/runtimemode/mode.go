@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 // Mode is how sysctls are applied. The same type serves the --mode flag, the
@@ -22,6 +24,15 @@ const (
 	// Namespace: the plugin writes the values into the pod's namespaces.
 	Namespace Mode = "namespace"
 )
+
+// Writer tells who writes the sysctls in a mode: runc inside the pod in
+// spec mode, the plugin as host root in namespace mode.
+func (m Mode) Writer() sysctl.Writer {
+	if m == Spec {
+		return sysctl.WriterInPod
+	}
+	return sysctl.WriterHost
+}
 
 // Parse reads a mode as the flag and the config spell it; "" is Auto.
 func Parse(s string) (Mode, error) {

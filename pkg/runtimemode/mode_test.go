@@ -3,6 +3,8 @@ package runtimemode
 import (
 	"strings"
 	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 func TestDecide(t *testing.T) {
@@ -95,5 +97,11 @@ func TestParse(t *testing.T) {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
+	}
+}
+
+func TestModeWriter(t *testing.T) {
+	if Spec.Writer() != sysctl.WriterInPod || Namespace.Writer() != sysctl.WriterHost {
+		t.Fatal("spec mode is runc in the pod, namespace mode host root")
 	}
 }

@@ -124,6 +124,21 @@ func Normalize(name string) string {
 	return strings.Map(swapDotSlash, name)
 }
 
+// NormalizeKeys puts keys in slash form (as another plugin may set them on
+// a container's spec) into dot form; in itself when every key is already.
+func NormalizeKeys(in map[string]string) map[string]string {
+	for k := range in {
+		if Normalize(k) != k {
+			out := make(map[string]string, len(in))
+			for k, v := range in {
+				out[Normalize(k)] = v
+			}
+			return out
+		}
+	}
+	return in
+}
+
 func swapDotSlash(r rune) rune {
 	switch r {
 	case '.':

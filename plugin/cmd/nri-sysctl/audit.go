@@ -13,6 +13,7 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
@@ -155,18 +156,18 @@ func judge(in auditInput) verdict {
 		}
 		return verdict{ok: true, why: fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
 	}
-	if name, annotated := in.annotations[annotationOutcome]; annotated {
-		o, known := parseOutcome(name)
+	if name, annotated := in.annotations[outcome.AnnotationOutcome]; annotated {
+		o, known := outcome.Parse(name)
 		switch {
 		case !known:
 			return verdict{ok: false, why: fmt.Sprintf("unknown outcome %q", name)}
-		case outcomes[o].lacking != "":
-			return verdict{ok: false, why: "outcome " + name + ": " + outcomes[o].lacking}
+		case o.Lacking() != "":
+			return verdict{ok: false, why: "outcome " + name + ": " + o.Lacking()}
 		}
 		return verdict{ok: true, why: "outcome " + name}
 	}
-	_, injected := in.annotations[annotationInjected]
-	_, skipped := in.annotations[annotationSkipped]
+	_, injected := in.annotations[outcome.AnnotationInjected]
+	_, skipped := in.annotations[outcome.AnnotationSkipped]
 	switch {
 	case injected || skipped:
 		return verdict{ok: true, why: "annotated by an nri-sysctl without outcomes"}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
+	"github.com/nri-sysctl/nri-sysctl/plugin"
 )
 
 // validateFlags declares validate's flags.
@@ -42,7 +43,7 @@ func loadChecked(path string, skip bool, stderr io.Writer) (checkedConfig, error
 		c.probed = true // nothing to probe
 	default:
 		// What the plugin checks at start, for user-namespace pods.
-		res, uerr := checkUserNamespace(cfg)
+		res, uerr := plugin.CheckUserNamespace(cfg, probeUserNamespace)
 		var problems config.Problems
 		if errors.As(uerr, &problems) {
 			return checkedConfig{}, problems
@@ -78,4 +79,19 @@ func kernelChecker(skip bool) config.KernelChecker {
 		return nil
 	}
 	return probe.Kernel
+}
+
+// printInheritance shows validate's reader what inheritFromHost expands to
+// on this machine, one key a line.
+func printInheritance(w io.Writer, cfg *config.Config) {
+	if len(cfg.InheritFromHost) == 0 {
+		return
+	}
+	if !cfg.InheritExpanded {
+		fmt.Fprintf(w, "inheritFromHost: %d entry(ies) not expanded: without the kernel probe (--skip-kernel-check) there is no telling which of this machine's sysctls a pod can be given; the plugin expands them on the node when it loads the config\n", len(cfg.InheritFromHost))
+		return
+	}
+	for _, e := range cfg.Inherited() {
+		fmt.Fprintf(w, "%s %s (inherited from the host, entry %s)\n", e.Key, e.Value, e.Pattern)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
 
 // validateUserKeysEnv makes the test binary, re-run in a user namespace of
@@ -41,7 +43,7 @@ func userLimits(t *testing.T) string {
 func validateUserKeyChecks(t *testing.T) {
 	before := userLimits(t)
 	t.Run("valid", func(t *testing.T) {
-		path := writeFile(t, "sysctls:\n  user.max_ipc_namespaces: 777\n  user.max_inotify_watches: 8192\n  net.ipv4.tcp_keepalive_time: 600\n")
+		path := trusteddir.WriteConfig(t, "sysctls:\n  user.max_ipc_namespaces: 777\n  user.max_inotify_watches: 8192\n  net.ipv4.tcp_keepalive_time: 600\n")
 		var stdout, stderr bytes.Buffer
 		if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d, want 0; stderr:\n%s", code, stderr.String())
@@ -51,7 +53,7 @@ func validateUserKeyChecks(t *testing.T) {
 		}
 	})
 	t.Run("invalid", func(t *testing.T) {
-		path := writeFile(t, "sysctls:\n  user.max_ipc_namespaces: abc\n  user.max_inotify_watches: \"010\"\n  user.max_bogus: 1\n")
+		path := trusteddir.WriteConfig(t, "sysctls:\n  user.max_ipc_namespaces: abc\n  user.max_inotify_watches: \"010\"\n  user.max_bogus: 1\n")
 		var stdout, stderr bytes.Buffer
 		if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 1 {
 			t.Fatalf("exit %d, want 1; stdout:\n%s", code, stdout.String())

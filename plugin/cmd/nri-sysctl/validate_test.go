@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
 
 // The issue's acceptance case: four different problems, each listed with
 // its line, in one run.
 func TestValidateListsEveryProblem(t *testing.T) {
-	path := writeFile(t, `sysctls:
+	path := trusteddir.WriteConfig(t, `sysctls:
   kernel.core_pattern: "|/bin/false"
   net.ipv4.tcp_keepalive_tme: 600
   net.ipv4.tcp_keepalive_intvl: "60\n"
@@ -53,7 +55,7 @@ func TestValidateRefusesSysctlDirectories(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kernel probe needs root")
 	}
-	path := writeFile(t, "sysctls:\n  net.ipv4: 1\n  net.core: 1\n  net.ipv4.conf.default: 1\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4: 1\n  net.core: 1\n  net.ipv4.conf.default: 1\n")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 1 {
 		t.Fatalf("exit %d, want 1; stdout: %s", code, stdout.String())
@@ -67,7 +69,7 @@ func TestValidateRefusesSysctlDirectories(t *testing.T) {
 }
 
 func TestValidateSkipKernelCheck(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  net.ipv4.no_such_key: 1\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.no_such_key: 1\n")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d, want 0; %s", code, stderr.String())
@@ -76,7 +78,7 @@ func TestValidateSkipKernelCheck(t *testing.T) {
 		t.Fatalf("stdout = %q", stdout.String())
 	}
 	// Every other check still runs.
-	path = writeFile(t, "sysctls:\n  vm.swappiness: 1\n")
+	path = trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 1\n")
 	stdout.Reset()
 	stderr.Reset()
 	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 1 {
@@ -91,7 +93,7 @@ func TestValidateRefusesAllButASmallRegularFile(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	large := writeFile(t, "sysctls: {}\n#"+strings.Repeat("x", 2_000_000)+"\n")
+	large := trusteddir.WriteConfig(t, "sysctls: {}\n#"+strings.Repeat("x", 2_000_000)+"\n")
 	for _, tt := range []struct{ path, want string }{
 		{"/dev/zero", "/dev/zero: cannot read config: it is a character device, not a regular file"},
 		{fifo, fifo + ": cannot read config: it is a named pipe (FIFO), not a regular file"},
@@ -120,7 +122,7 @@ func TestValidateRefusesValuesTheKernelRefuses(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kernel probe needs root")
 	}
-	path := writeFile(t, `sysctls:
+	path := trusteddir.WriteConfig(t, `sysctls:
   net.ipv4.tcp_keepalive_time: "abc"
   net.ipv4.ip_local_port_range: "60000 1000"
   net.core.somaxconn: -5
@@ -156,7 +158,7 @@ func TestValidatePrintsTheKernelsForm(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kernel probe needs root")
 	}
-	path := writeFile(t, "sysctls:\n  net.ipv4.icmp_ratelimit: 1001\n  net.ipv4.ping_group_range: \"0 2147483647\"\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.icmp_ratelimit: 1001\n  net.ipv4.ping_group_range: \"0 2147483647\"\n")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 0 || stderr.Len() > 0 {
 		t.Fatalf("exit %d, want 0 and nothing on stderr:\n%s%s", code, stdout.String(), stderr.String())
@@ -172,5 +174,53 @@ func TestValidatePrintsTheKernelsForm(t *testing.T) {
 	}
 	if stdout.String() != want {
 		t.Fatalf("stdout:\n%s\nwant:\n%s", stdout.String(), want)
+	}
+}
+
+// validate lists each inherited key with the host's value and its entry;
+// an explicit value wins and is not listed as inherited.
+func TestValidateShowsInheritedKeys(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the kernel probe needs root")
+	}
+	path := trusteddir.WriteConfig(t, "inheritFromHost:\n  - net.ipv4.tcp_keepalive_*\n  - net.ipv4.ip_local_port_range\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--config", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	want := path + ": valid (4 default(s), 0 rule(s), 0 profile(s))\n" +
+		"net.ipv4.tcp_keepalive_intvl " + fixture.HostValue(t, "net/ipv4/tcp_keepalive_intvl") + " (inherited from the host, entry net.ipv4.tcp_keepalive_*)\n" +
+		"net.ipv4.tcp_keepalive_probes " + fixture.HostValue(t, "net/ipv4/tcp_keepalive_probes") + " (inherited from the host, entry net.ipv4.tcp_keepalive_*)\n" +
+		"net.ipv4.ip_local_port_range " + fixture.HostValue(t, "net/ipv4/ip_local_port_range") + " (inherited from the host, entry net.ipv4.ip_local_port_range)\n"
+	if got := stdout.String(); got != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Without the probe validate cannot expand inheritFromHost: it says so and
+// does not fail.
+func TestValidateSkipKernelCheckInheritance(t *testing.T) {
+	path := trusteddir.WriteConfig(t, "inheritFromHost: [\"net.*\"]\n")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "inheritFromHost: 1 entry(ies) not expanded: without the kernel probe (--skip-kernel-check)") {
+		t.Errorf("stdout does not say the entries were not expanded:\n%s", stdout.String())
+	}
+}
+
+func TestValidateWarnsOfUnboundedProfile(t *testing.T) {
+	path := trusteddir.WriteConfig(t, fixture.ProfilesConfig)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "--config", path, "--skip-kernel-check"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0 (a warning does not fail); stderr:\n%s", code, stderr.String())
+	}
+	want := "warning: " + path + ":10: profiles.many-conns.sysctls.net.core.somaxconn: not in Kubernetes' safe set, and the profile has no allowedNamespaces: a pod in any namespace can ask for it\n"
+	if stderr.String() != want {
+		t.Errorf("stderr = %q, want %q", stderr.String(), want)
+	}
+	if !strings.Contains(stdout.String(), "valid (2 default(s), 0 rule(s), 2 profile(s))") {
+		t.Errorf("stdout = %q", stdout.String())
 	}
 }

@@ -11,8 +11,10 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin"
 )
 
 // kubeletGIDMapping is what kubelet maps into a pod with hostUsers: false:
@@ -76,8 +78,8 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 					sysctl.User: *hostUsers,
 				}),
 			},
-			PodOwn: normalizedKeys(own),
-			Writer: writerFor(mode),
+			PodOwn: sysctl.NormalizeKeys(own),
+			Writer: mode.Writer(),
 		}
 		if in.Pod.Own.Has(sysctl.User) {
 			in.GIDMappings = kubeletGIDMapping
@@ -89,11 +91,14 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	}
 }
 
+// probeUserNamespace is swapped in tests.
+var probeUserNamespace plugin.UserNamespaceProbe = probe.UserNamespace
+
 // probeUserNamespaceRefusals finds, as the plugin does at start-up, the
 // keys the kernel refuses in a user namespace: they are left out for
 // user-namespace pods.
 func probeUserNamespaceRefusals(cfg *config.Config, stderr io.Writer) policy.UserNamespaceRefusals {
-	res, err := checkUserNamespace(cfg)
+	res, err := plugin.CheckUserNamespace(cfg, probeUserNamespace)
 	var problems config.Problems
 	switch {
 	case errors.As(err, &problems):

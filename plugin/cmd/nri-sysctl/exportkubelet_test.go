@@ -5,12 +5,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
 
 // A bad config is refused with validate's messages, every problem listed,
 // and nothing on stdout: no half fragment reaches kubelet's --config-dir.
 func TestExportKubeletRefusesABadConfig(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  vm.swappiness: 1\n  net.ipv4.tcp_keepalive_time: \"60\\n\"\nrulez: []\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 1\n  net.ipv4.tcp_keepalive_time: \"60\\n\"\nrulez: []\n")
 	for _, skip := range [][]string{{"--skip-kernel-check"}, nil} {
 		if skip == nil && os.Geteuid() != 0 {
 			continue // the kernel probe needs root
@@ -38,7 +41,7 @@ func TestExportKubeletRefusesABadConfig(t *testing.T) {
 // Without the kernel probe, inheritFromHost cannot be read from the host,
 // and a fragment without those values would not be the plugin's defaults.
 func TestExportKubeletInheritanceNeedsTheProbe(t *testing.T) {
-	path := writeFile(t, "inheritFromHost: [net.ipv4.tcp_fin_timeout]\n")
+	path := trusteddir.WriteConfig(t, "inheritFromHost: [net.ipv4.tcp_fin_timeout]\n")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"export-kubelet", "--skip-kernel-check", "--config", path}, &stdout, &stderr); code != 1 {
 		t.Fatalf("exit %d, want 1; stdout %s", code, stdout.String())
@@ -54,12 +57,14 @@ func TestExportKubeletOnThisNode(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the kernel probe needs root")
 	}
-	fakeUserNamespaceProbe(t, probedOn618)
+	previous := probeUserNamespace
+	probeUserNamespace = fixture.UserNamespaceProbe(fixture.ProbedOn618)
+	t.Cleanup(func() { probeUserNamespace = previous })
 	host, err := os.ReadFile("/proc/sys/net/ipv4/tcp_fin_timeout")
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := writeFile(t, "sysctls:\n  kernel.domainname: nri-sysctl.test\n  kernel.msgmax: 16384\ninheritFromHost: [net.ipv4.tcp_fin_timeout]\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  kernel.domainname: nri-sysctl.test\n  kernel.msgmax: 16384\ninheritFromHost: [net.ipv4.tcp_fin_timeout]\n")
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"export-kubelet", "--config", path}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d; stderr %s", code, stderr.String())
@@ -71,7 +76,7 @@ func TestExportKubeletOnThisNode(t *testing.T) {
 		"  net.ipv4.tcp_fin_timeout: \"" + strings.TrimSpace(string(host)) + "\"\n",
 		"  # Inherited from the host (inheritFromHost \"net.ipv4.tcp_fin_timeout\", line\n",
 		// runc in the pod writes kubelet's defaults: its refusal counts,
-		// not host root's (kernel.msgmax in probedOn618).
+		// not host root's (kernel.msgmax in fixture.ProbedOn618).
 		"  # hostUsers: false pods: the kernel refuses this key inside a pod's own user\n",
 	} {
 		if !strings.Contains(out, want) {

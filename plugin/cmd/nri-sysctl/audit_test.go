@@ -2,18 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
 )
 
 func TestAuditJudge(t *testing.T) {
-	pol := policy.Compile(mustParse(t, testConfig+`  labels: {nri-sysctl: "off"}
+	pol := policy.Compile(mustParse(t, fixture.Config+`  labels: {nri-sysctl: "off"}
 `), nil)
 	empty := policy.Compile(mustParse(t, ""), nil)
 	own := policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
@@ -47,13 +53,13 @@ func TestAuditJudge(t *testing.T) {
 		wantWhy string
 	}{
 		// From the annotations.
-		{"applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied.String()), decision: plain}, true, "outcome applied"},
-		{"nothing to apply", auditInput{annotations: ann(annotationOutcome, outcomeNothingToApply.String()), decision: plain}, true, "outcome nothing_to_apply"},
-		{"excluded", auditInput{annotations: ann(annotationOutcome, outcomeExcluded.String()), decision: plain}, true, "outcome excluded"},
-		{"lookup failed", auditInput{annotations: ann(annotationOutcome, outcomeLookupFailed.String()), policy: pol, decision: plain}, false, "outcome lookup_failed"},
-		{"write failed", auditInput{annotations: ann(annotationOutcome, outcomeWriteFailed.String()), policy: pol, decision: plain}, false, "outcome write_failed"},
-		{"unknown outcome", auditInput{annotations: ann(annotationOutcome, "maybe"), decision: plain}, false, `unknown outcome "maybe"`},
-		{"older plugin: injected only", auditInput{annotations: ann(annotationInjected, "kernel.msgmax=16384"), decision: plain}, true, "without outcomes"},
+		{"applied", auditInput{annotations: ann(outcome.AnnotationOutcome, outcome.Applied.String()), decision: plain}, true, "outcome applied"},
+		{"nothing to apply", auditInput{annotations: ann(outcome.AnnotationOutcome, outcome.NothingToApply.String()), decision: plain}, true, "outcome nothing_to_apply"},
+		{"excluded", auditInput{annotations: ann(outcome.AnnotationOutcome, outcome.Excluded.String()), decision: plain}, true, "outcome excluded"},
+		{"lookup failed", auditInput{annotations: ann(outcome.AnnotationOutcome, outcome.LookupFailed.String()), policy: pol, decision: plain}, false, "outcome lookup_failed"},
+		{"write failed", auditInput{annotations: ann(outcome.AnnotationOutcome, outcome.WriteFailed.String()), policy: pol, decision: plain}, false, "outcome write_failed"},
+		{"unknown outcome", auditInput{annotations: ann(outcome.AnnotationOutcome, "maybe"), decision: plain}, false, `unknown outcome "maybe"`},
+		{"older plugin: injected only", auditInput{annotations: ann(outcome.AnnotationInjected, "kernel.msgmax=16384"), decision: plain}, true, "without outcomes"},
 		{"no annotation, no config", auditInput{annotations: ann("io.kubernetes.cri.container-type", "container"), decision: plain}, false, "no nri-sysctl annotation"},
 		{"no annotation, config: would get something", auditInput{policy: pol, decision: plain}, false, "no nri-sysctl annotation"},
 		{"no annotation, config: excluded namespace", auditInput{policy: pol, decision: excluded}, true, "no annotation; excluded by namespace kube-system"},
@@ -62,7 +68,7 @@ func TestAuditJudge(t *testing.T) {
 		{"no annotation, empty config", auditInput{policy: empty, decision: plain}, true, "nothing to apply"},
 		// Live values decide over annotations.
 		{"live: defaults, though not annotated (healed)", auditInput{policy: pol, decision: plain, live: defaults}, true, "live values match (3 key(s))"},
-		{"live: kernel values, though annotated applied", auditInput{annotations: ann(annotationOutcome, outcomeApplied.String()), policy: pol, decision: plain, live: kernel},
+		{"live: kernel values, though annotated applied", auditInput{annotations: ann(outcome.AnnotationOutcome, outcome.Applied.String()), policy: pol, decision: plain, live: kernel},
 			false, "live values: kernel.msgmax=8192, want 16384; net.ipv4.tcp_keepalive_intvl=75, want 60; net.ipv4.tcp_keepalive_time=7200, want 600"},
 		{"live: the pod's own value is not expected", auditInput{policy: pol, decision: setsOne, live: ownIntvl}, true, "live values match (2 key(s))"},
 		{"live: a key that cannot be read", auditInput{policy: pol, decision: plain, live: map[string]podns.Value{
@@ -143,5 +149,35 @@ func TestAuditFlags(t *testing.T) {
 	missing := t.TempDir() + "/none.sock"
 	if code := run([]string{"audit", "--containerd-address", missing, "--timeout", "5s"}, &stdout, &stderr); code != auditFailed || !strings.Contains(stderr.String(), missing) {
 		t.Errorf("no containerd: exit %d, %s", code, stderr.String())
+	}
+}
+
+// audit expects a profile's values where the pod's annotation asked for
+// one, and the defaults where it did not.
+func TestAuditJudgesProfiles(t *testing.T) {
+	pol := policy.Compile(mustParse(t, fixture.ProfilesConfig), nil)
+	own := policy.Owning(sysctl.Net, sysctl.IPC, sysctl.UTS)
+	asked := policy.Input{Pod: policy.Pod{Namespace: "trading-eu", Own: own, Annotations: map[string]string{config.ProfilesAnnotation: "low-latency"}}}
+	notAsked := policy.Input{Pod: policy.Pod{Namespace: "trading-eu", Own: own}}
+	withProfile := map[string]podns.Value{
+		"net.core.somaxconn": {Value: "4096"}, "net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_slow_start_after_idle": {Value: "0"},
+	}
+	if v := judge(auditInput{policy: pol, decision: asked, live: withProfile}); !v.ok {
+		t.Errorf("pod that asked, with the profile's values: %+v, want ok", v)
+	}
+	if v := judge(auditInput{policy: pol, decision: notAsked, live: withProfile}); v.ok || !strings.Contains(v.why, "net.core.somaxconn=4096, want 1024") {
+		t.Errorf("pod that did not ask, with the profile's values: %+v, want lacking somaxconn 1024", v)
+	}
+}
+
+// audit decides with the pod's annotations as CRI lists them.
+func TestAuditContainersCarryPodAnnotations(t *testing.T) {
+	pod := &cri.Pod{ID: "p1", Namespace: "trading-eu", Name: "web", Annotations: map[string]string{config.ProfilesAnnotation: "low-latency"}}
+	got, err := auditContainers(context.Background(), []cri.Container{{Pod: pod, ID: "c1", Name: "app"}}, false, "", "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].pod.decision.Pod.Annotations[config.ProfilesAnnotation] != "low-latency" {
+		t.Fatalf("audit pods = %+v, want the pod's annotations in its decision", got)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
 
 const explainConfig = `
@@ -27,7 +30,7 @@ exclude:
 `
 
 func TestExplain(t *testing.T) {
-	path := writeFile(t, explainConfig)
+	path := trusteddir.WriteConfig(t, explainConfig)
 	hostNet := "skipped (pod shares the host's namespace (network))"
 	tests := []struct {
 		name string
@@ -122,7 +125,7 @@ excluded: yes, by namespace kube-system
 
 // An invalid config: exit 1 with validate's messages.
 func TestExplainInvalidConfig(t *testing.T) {
-	path := writeFile(t, "sysctls:\n  vm.swappiness: 10\n  net.core.somaxconn: yes\n")
+	path := trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 10\n  net.core.somaxconn: yes\n")
 	var vOut, vErr, eOut, eErr bytes.Buffer
 	if code := run([]string{"validate", "--config", path, "--skip-kernel-check"}, &vOut, &vErr); code != 1 {
 		t.Fatalf("validate: exit %d", code)
@@ -139,7 +142,7 @@ func TestExplainInvalidConfig(t *testing.T) {
 }
 
 func TestExplainFlags(t *testing.T) {
-	path := writeFile(t, explainConfig)
+	path := trusteddir.WriteConfig(t, explainConfig)
 	for _, args := range [][]string{
 		{"explain", "--config", path},                                           // no --namespace
 		{"explain", "--config", path, "--namespace", "a", "--label", "x"},       // not K=V
@@ -164,5 +167,42 @@ func wantExplain(t *testing.T, path string, args []string, want string) {
 	}
 	if got, want := stdout.String(), strings.TrimPrefix(want, "\n"); got != want {
 		t.Errorf("nri-sysctl %s:\n got:\n%s\nwant:\n%s", strings.Join(args, " "), got, want)
+	}
+}
+
+func TestExplainAnnotation(t *testing.T) {
+	path := trusteddir.WriteConfig(t, fixture.ProfilesConfig)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"two profiles, in order", []string{"--namespace", "trading-eu", "--annotation", "nri-sysctl.io/profiles=low-latency,many-conns"}, `
+net.core.somaxconn 8192 applied
+net.ipv4.tcp_keepalive_time 600 applied
+net.ipv4.tcp_slow_start_after_idle 0 applied
+rules: none match
+profiles: low-latency applied, many-conns applied (in this order; a later profile overrides an earlier one)
+excluded: no
+`},
+		{"not allowed and unknown", []string{"--namespace", "default", "--annotation", "nri-sysctl.io/profiles=low-latency,x"}, `
+net.core.somaxconn 1024 applied
+net.ipv4.tcp_keepalive_time 600 applied
+net.ipv4.tcp_slow_start_after_idle - not set (no default and no matching rule)
+rules: none match
+profiles: low-latency skipped (not allowed in namespace default), x skipped (no such profile) (in this order; a later profile overrides an earlier one)
+excluded: no
+`},
+		{"excluded by annotation", []string{"--namespace", "trading-eu", "--annotation", "nri-sysctl.io/profiles=low-latency", "--annotation", "nri-sysctl.io/off=true"}, `
+net.core.somaxconn - skipped (pod excluded: annotation nri-sysctl.io/off=true)
+net.ipv4.tcp_keepalive_time - skipped (pod excluded: annotation nri-sysctl.io/off=true)
+net.ipv4.tcp_slow_start_after_idle - skipped (pod excluded: annotation nri-sysctl.io/off=true)
+rules: not applied (the pod is excluded)
+profiles: not applied (the pod is excluded)
+excluded: yes, by annotation nri-sysctl.io/off=true
+`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { wantExplain(t, path, tc.args, tc.want) })
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
 
 func TestImportCRIO(t *testing.T) {
@@ -34,7 +36,7 @@ func TestImportCRIO(t *testing.T) {
 		t.Errorf("stdout does not name the source or lacks a value:\n%s", out)
 	}
 	// What it prints is a config validate accepts.
-	cfgPath := writeFile(t, out)
+	cfgPath := trusteddir.WriteConfig(t, out)
 	var vout, verr bytes.Buffer
 	if code := run([]string{"validate", "--skip-kernel-check", "--config", cfgPath}, &vout, &verr); code != 0 {
 		t.Errorf("validate of the imported config: exit %d\n%s", code, verr.String())
