@@ -5,13 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 )
 
 // The last good config (--last-good-config PATH) is a copy, kept on the
@@ -34,7 +32,7 @@ func (p *plugin) keepAsLastGood(cfg *config.Config) {
 		return
 	}
 	log := p.log.WithFields(logrus.Fields{"file": cfg.Source, "last_good": path, "sha256": cfg.TextSHA256})
-	text, err := readConfigText(cfg.Source)
+	text, err := config.ReadFile(cfg.Source)
 	if err == nil && textSHA256(text) != cfg.TextSHA256 {
 		err = errors.New("the file changed since it was loaded")
 	}
@@ -42,7 +40,7 @@ func (p *plugin) keepAsLastGood(cfg *config.Config) {
 		log.WithError(err).Warn("cannot keep the config as the last good one; the copy on the node stays as it was")
 		return
 	}
-	if kept, err := readConfigText(path); err == nil && textSHA256(kept) == cfg.TextSHA256 {
+	if kept, err := config.ReadFile(path); err == nil && textSHA256(kept) == cfg.TextSHA256 {
 		return
 	}
 	if err := writeFileAtomic(path, text, 0o600); err != nil {
@@ -118,31 +116,6 @@ func shortSHA(sum string) string { return sum[:min(12, len(sum))] }
 func textSHA256(text []byte) string {
 	sum := sha256.Sum256(text)
 	return hex.EncodeToString(sum[:])
-}
-
-// readConfigText reads what path leads to now, as configDigest does: no
-// waiting on a FIFO, a regular file only, at most config.MaxFileSize.
-func readConfigText(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	text, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(text) > config.MaxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, config.MaxFileSize)
-	}
-	return text, nil
 }
 
 // writeFileAtomic replaces path with text so that a crash or a power cut
