@@ -132,7 +132,7 @@ func newMetrics(info configInForce) *metrics {
 		[]string{"hash", "mode"}, nil)
 	configInfo := prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
 		hash, mode := info()
-		ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, hash[:min(12, len(hash))], mode)
+		ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, config.ShortHash(hash), mode)
 	})
 	lacking := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "nri_sysctl_containers_lacking_defaults",

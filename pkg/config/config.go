@@ -265,6 +265,13 @@ func (ps Problems) Error() string {
 // sysctl.Judge). probe.Kernel is the real one.
 type KernelChecker func(values map[string][]string) (refused map[string]error, stored map[string]map[string]sysctl.Stored, err error)
 
+// ShortHash is the first 12 hex digits of TextSHA256: how the metrics and
+// the kubelet export name a config's text.
+func (c *Config) ShortHash() string { return ShortHash(c.TextSHA256) }
+
+// ShortHash cuts a hex SHA-256 to its first 12 digits.
+func ShortHash(sum string) string { return sum[:min(12, len(sum))] }
+
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
 	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, UserNamespaceRefused: RefusedSkip}}
@@ -332,7 +339,7 @@ func (p *parser) parse(data []byte) bool {
 		"profiles":        func(k, v *yaml.Node) { p.profiles(v) },
 		"exclude":         func(k, v *yaml.Node) { p.cfg.Exclude = p.selector(v, "exclude") },
 		"mode": func(k, v *yaml.Node) {
-			p.cfg.Mode = runtimemode.Mode(p.oneOf(v, "mode", string(runtimemode.Auto), string(runtimemode.Spec), string(runtimemode.Namespace)))
+			p.cfg.Mode = runtimemode.Mode(p.oneOf(v, "mode", runtimemode.Names()...))
 		},
 		"onError": func(k, v *yaml.Node) {
 			p.cfg.OnError = p.oneOf(v, "onError", OnErrorFail, OnErrorWarn)

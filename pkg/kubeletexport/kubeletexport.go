@@ -118,10 +118,7 @@ func Fragment(in Input) (string, error) {
 }
 
 func header(b *strings.Builder, cfg *config.Config) {
-	sum := cfg.TextSHA256
-	if len(sum) > 12 {
-		sum = sum[:12]
-	}
+	sum := cfg.ShortHash()
 	for _, p := range []string{
 		fmt.Sprintf("KubeletConfiguration drop-in for kubelet's --config-dir, made by `nri-sysctl export-kubelet` from %s (sha256 %s...): the plugin's node-wide defaults as kubelet's defaultPodSysctls (Kubernetes 1.37, alpha, feature gate DefaultPodSysctls).", strconv.Quote(cfg.Source), sum),
 		"kubelet reads only *.conf files there, in lexical order, each merged over --config (featureGates and defaultPodSysctls merge key by key).",

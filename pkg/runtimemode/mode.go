@@ -6,6 +6,7 @@ package runtimemode
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,6 +26,19 @@ const (
 	Namespace Mode = "namespace"
 )
 
+// modes are every mode, Auto first: the one list the flag, the config and
+// their messages name.
+var modes = []Mode{Auto, Spec, Namespace}
+
+// Names are the modes' names, Auto first.
+func Names() []string {
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = string(m)
+	}
+	return names
+}
+
 // Writer tells who writes the sysctls in a mode: runc inside the pod in
 // spec mode, the plugin as host root in namespace mode.
 func (m Mode) Writer() sysctl.Writer {
@@ -36,13 +50,14 @@ func (m Mode) Writer() sysctl.Writer {
 
 // Parse reads a mode as the flag and the config spell it; "" is Auto.
 func Parse(s string) (Mode, error) {
-	switch m := Mode(strings.TrimSpace(s)); m {
-	case "", Auto:
+	m := Mode(strings.TrimSpace(s))
+	if m == "" {
 		return Auto, nil
-	case Spec, Namespace:
+	}
+	if slices.Contains(modes, m) {
 		return m, nil
 	}
-	return "", fmt.Errorf("unknown mode %q: want auto, spec or namespace", s)
+	return "", fmt.Errorf("unknown mode %q: want one of %s", s, strings.Join(Names(), ", "))
 }
 
 // Runtime is what NRI tells a plugin about the runtime at registration.

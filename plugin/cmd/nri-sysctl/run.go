@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -34,7 +35,7 @@ func declareRunFlags(fs *flag.FlagSet, o *plugin.Options) {
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.LogFile, "log-file", "", "append log lines to this file (default: stderr; the journal or syslog when containerd starts the plugin, which gives it no stderr)")
-	fs.Func("mode", "override the config's mode: auto, spec or namespace", func(s string) (err error) {
+	fs.Func("mode", "override the config's mode: "+strings.Join(runtimemode.Names(), ", "), func(s string) (err error) {
 		o.Mode, err = runtimemode.Parse(s)
 		return err
 	})
