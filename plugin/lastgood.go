@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -33,14 +31,14 @@ func (p *plugin) keepAsLastGood(cfg *config.Config) {
 	}
 	log := p.log.WithFields(logrus.Fields{"file": cfg.Source, "last_good": path, "sha256": cfg.TextSHA256})
 	text, err := config.ReadFile(cfg.Source)
-	if err == nil && textSHA256(text) != cfg.TextSHA256 {
+	if err == nil && config.TextSHA256(text) != cfg.TextSHA256 {
 		err = errors.New("the file changed since it was loaded")
 	}
 	if err != nil {
 		log.WithError(err).Warn("cannot keep the config as the last good one; the copy on the node stays as it was")
 		return
 	}
-	if kept, err := config.ReadFile(path); err == nil && textSHA256(kept) == cfg.TextSHA256 {
+	if kept, err := config.ReadFile(path); err == nil && config.TextSHA256(kept) == cfg.TextSHA256 {
 		return
 	}
 	if err := writeFileAtomic(path, text, 0o600); err != nil {
@@ -73,7 +71,7 @@ func (p *plugin) startOnLastGood(file string, rejected error) error {
 		"defaults":  len(cfg.Sysctls),
 		"rules":     len(cfg.Rules),
 	}).Error("config file rejected; running on the last good config kept on the node until the file is fixed")
-	p.events.warn(reasonLastGoodConfig, fmt.Sprintf("config rejected at start, running on the last good config (sha256 %s): %v", shortSHA(cfg.TextSHA256), rejected))
+	p.events.warn(reasonLastGoodConfig, fmt.Sprintf("config rejected at start, running on the last good config (sha256 %s): %v", config.ShortHash(cfg.TextSHA256), rejected))
 	return nil
 }
 
@@ -108,14 +106,6 @@ func checkLastGoodConfig(path, configPath string) error {
 		return fmt.Errorf("bad --last-good-config %q: it is the --config file; want a file of its own, e.g. /var/lib/nri-sysctl/last-good-config.yaml", path)
 	}
 	return nil
-}
-
-// shortSHA is as many hex digits as nri_sysctl_config_info's hash label.
-func shortSHA(sum string) string { return sum[:min(12, len(sum))] }
-
-func textSHA256(text []byte) string {
-	sum := sha256.Sum256(text)
-	return hex.EncodeToString(sum[:])
 }
 
 // writeFileAtomic replaces path with text so that a crash or a power cut

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -73,7 +74,7 @@ func readText(t *testing.T, path string) string {
 func TestLastGoodKeptOnStartAndReload(t *testing.T) {
 	p, lastGood, _ := lastGoodPlugin(t)
 	file := trusteddir.WriteConfig(t, goodText)
-	if err := p.loadInitialConfig(file, false); err != nil {
+	if _, err := p.loadInitialConfig(file, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := readText(t, lastGood); got != goodText {
@@ -120,7 +121,7 @@ func TestStartOnLastGoodWhenTheFileIsRejected(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, lastGood, logs := lastGoodPlugin(t)
 			dir := newConfigMapDir(t, goodText)
-			if err := p.loadInitialConfig(dir.path(), false); err != nil {
+			if _, err := p.loadInitialConfig(dir.path(), false); err != nil {
 				t.Fatal(err)
 			}
 			// A restart with the file now bad: a new plugin, same node.
@@ -133,7 +134,8 @@ func TestStartOnLastGoodWhenTheFileIsRejected(t *testing.T) {
 			tc.write(target)
 			old := time.Now().Add(-time.Minute)
 			os.Chtimes(target, old, old)
-			if err := p2.loadInitialConfig(dir.path(), false); err != nil {
+			rejected, err := p2.loadInitialConfig(dir.path(), false)
+			if err != nil {
 				t.Fatalf("start with a rejected file and a last good config: %v\n%s", err, logs.String())
 			}
 			if got := keepaliveTime(p2); got != "300" {
@@ -146,7 +148,7 @@ func TestStartOnLastGoodWhenTheFileIsRejected(t *testing.T) {
 			if got := testutil.ToFloat64(m.reloadsSucceeded); got != 0 {
 				t.Errorf("successful reloads = %v, want 0", got)
 			}
-			want := `nri_sysctl_config_info{hash="` + shortSHA(textSHA256([]byte(goodText))) + `",mode="spec"} 1`
+			want := `nri_sysctl_config_info{hash="` + config.ShortHash(config.TextSHA256([]byte(goodText))) + `",mode="spec"} 1`
 			if err := testutil.GatherAndCompare(m.registry, strings.NewReader("# HELP nri_sysctl_config_info The config in force: hash is the first 12 hex digits of the SHA-256 of its text, mode the mode in force. Always 1.\n# TYPE nri_sysctl_config_info gauge\n"+want+"\n"), "nri_sysctl_config_info"); err != nil {
 				t.Error(err)
 			}
@@ -155,7 +157,7 @@ func TestStartOnLastGoodWhenTheFileIsRejected(t *testing.T) {
 				t.Errorf("last good config now %q", got)
 			}
 			// The watch does not try the rejected text again (ten polls)...
-			watchLogs := startWatching(t, p2, dir.path(), 10*time.Millisecond, make(chan os.Signal))
+			watchLogs := startWatching(t, p2, dir.path(), 10*time.Millisecond, make(chan os.Signal), rejected)
 			time.Sleep(100 * time.Millisecond)
 			if got := testutil.ToFloat64(m.reloadsFailed); got != 1 {
 				t.Fatalf("failed reloads = %v after the watch started, want still 1: the rejected file was tried again\n%s", got, watchLogs.String())
@@ -182,14 +184,14 @@ func TestStartOnLastGoodSaysSo(t *testing.T) {
 	p.events = testRecorder(t, f, io.Discard)
 	hook := logtest.NewLocal(p.log)
 	file := trusteddir.WriteConfig(t, refusedText)
-	if err := p.loadInitialConfig(file, false); err != nil {
+	if _, err := p.loadInitialConfig(file, false); err != nil {
 		t.Fatal(err)
 	}
 	e := findEntry(hook, "running on the last good config")
 	if e == nil {
 		t.Fatal("no log line saying the plugin runs on the last good config")
 	}
-	if e.Level != logrus.ErrorLevel || e.Data["file"] != file || e.Data["last_good"] != lastGood || e.Data["sha256"] != textSHA256([]byte(goodText)) {
+	if e.Level != logrus.ErrorLevel || e.Data["file"] != file || e.Data["last_good"] != lastGood || e.Data["sha256"] != config.TextSHA256([]byte(goodText)) {
 		t.Errorf("log line %v %v", e.Level, e.Data)
 	}
 	if err, _ := e.Data[logrus.ErrorKey].(error); err == nil || !strings.Contains(err.Error(), file+`:3: sysctls.net.ipv4.tcp_keepalive_time: the kernel refuses "abc" (invalid argument)`) {
@@ -198,7 +200,7 @@ func TestStartOnLastGoodSaysSo(t *testing.T) {
 	posts := waitPosts(t, f, 1)
 	msg, _ := posts[0].body["message"].(string)
 	if posts[0].body["reason"] != reasonLastGoodConfig || posts[0].body["type"] != "Warning" ||
-		!strings.HasPrefix(msg, "config rejected at start, running on the last good config (sha256 "+shortSHA(textSHA256([]byte(goodText)))+"): ") ||
+		!strings.HasPrefix(msg, "config rejected at start, running on the last good config (sha256 "+config.ShortHash(config.TextSHA256([]byte(goodText)))+"): ") ||
 		!strings.Contains(msg, `net.ipv4.tcp_keepalive_time: the kernel refuses "abc"`) {
 		t.Errorf("Event reason %v message %q", posts[0].body["reason"], msg)
 	}
@@ -211,7 +213,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		f := newFakeEventsServer(t)
 		p.events = testRecorder(t, f, io.Discard)
-		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
+		_, err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "no last good config kept in "+lastGood+" yet") {
 			t.Fatalf("err %v", err)
 		}
@@ -223,7 +225,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 	t.Run("the kept config is rejected too", func(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		os.WriteFile(lastGood, []byte(refusedText), 0o600)
-		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
+		_, err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "the last good config cannot be used either") || !strings.Contains(err.Error(), lastGood+":3: sysctls.net.ipv4.tcp_keepalive_time") {
 			t.Fatalf("err %v", err)
 		}
@@ -235,7 +237,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		os.WriteFile(lastGood, []byte(goodText), 0o600)
 		os.Chmod(lastGood, 0o666)
-		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
+		_, err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "writable by group or others") {
 			t.Fatalf("err %v, want the trust check's refusal of the kept config", err)
 		}
@@ -244,7 +246,7 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
 		os.WriteFile(lastGood, []byte(goodText), 0o600)
 		p.lastGoodPath = ""
-		err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
+		_, err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || strings.Contains(err.Error(), "last good") {
 			t.Fatalf("err %v, want the file's rejection alone", err)
 		}

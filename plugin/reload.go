@@ -139,12 +139,14 @@ func allIn(keys, sorted []string) bool {
 
 // loadInitialConfig reads the config file. A pre-installed plugin may get
 // its config from containerd in Configure instead, so a missing file is
-// only an error for a plugin started by hand or by systemd.
-func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
+// only an error for a plugin started by hand or by systemd. When the file
+// is rejected and the plugin starts on its last good config, rejected is
+// the digest of the file's text, which the watcher must not try again.
+func (p *plugin) loadInitialConfig(path string, preinstalled bool) (rejected string, err error) {
 	if preinstalled {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			p.log.WithField("file", path).Info("no config file; waiting for the config from the runtime")
-			return nil
+			return "", nil
 		}
 	}
 	// Read before the load: if the file changes in between, the watcher
@@ -156,16 +158,14 @@ func (p *plugin) loadInitialConfig(path string, preinstalled bool) error {
 	}
 	if err != nil {
 		if err := p.startOnLastGood(path, err); err != nil {
-			return err
+			return "", err
 		}
-		// The file stays rejected until it changes: the watcher must not
-		// try the same text again.
-		p.rejectedFileDigest = before
-		return nil
+		// The file stays rejected until it changes.
+		return before, nil
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles)}).Info("config loaded")
 	p.keepAsLastGood(cfg)
-	return nil
+	return "", nil
 }
 
 // watchReloads re-reads the config file on SIGHUP. The channel is
@@ -208,10 +208,10 @@ func (p *plugin) reload(path string) {
 	p.meter.Load().reloaded(err)
 	if err != nil {
 		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
-		p.events.warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, shortSHA(p.current.Load().cfg.TextSHA256)))
+		p.events.warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, config.ShortHash(p.current.Load().cfg.TextSHA256)))
 		return
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
 	p.keepAsLastGood(cfg)
-	p.events.normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for pods created from now on", shortSHA(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles)))
+	p.events.normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for pods created from now on", config.ShortHash(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles)))
 }

@@ -53,10 +53,10 @@ func TestLoadInitialConfig(t *testing.T) {
 	log.SetOutput(io.Discard)
 	p := newPlugin(log, nil, "")
 	missing := t.TempDir() + "/none.yaml"
-	if err := p.loadInitialConfig(missing, true); err != nil {
+	if _, err := p.loadInitialConfig(missing, true); err != nil {
 		t.Fatalf("pre-installed plugin without a file waits for Configure: %v", err)
 	}
-	if err := p.loadInitialConfig(missing, false); err == nil || !strings.Contains(err.Error(), missing) {
+	if _, err := p.loadInitialConfig(missing, false); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("a plugin run by hand needs its file: %v", err)
 	}
 }

@@ -62,7 +62,8 @@ func Run(o Options, stderr io.Writer) int {
 	conns := newLookups(log, o.Containerd, parentPID)
 	defer conns.Close()
 	p.connect = conns.connect
-	if err := p.loadInitialConfig(o.ConfigPath, preinstalled); err != nil {
+	rejected, err := p.loadInitialConfig(o.ConfigPath, preinstalled)
+	if err != nil {
 		log.WithError(err).Error("refusing to start")
 		return 1
 	}
@@ -79,7 +80,7 @@ func Run(o Options, stderr io.Writer) int {
 	defer cancel()
 	reloads := hup
 	if o.WatchConfig > 0 {
-		reloads = p.watchConfigFile(ctx, o.ConfigPath, o.WatchConfig, hup)
+		reloads = p.watchConfigFile(ctx, o.ConfigPath, o.WatchConfig, hup, rejected)
 	}
 	go p.watchReloads(ctx, o.ConfigPath, reloads)
 	if o.RemoveTaint {

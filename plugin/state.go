@@ -33,6 +33,25 @@ type loaded struct {
 	mode    runtimemode.Mode
 }
 
+// plugin is the NRI plugin's state, shared by the handlers, the reloads
+// and the metrics listener. What changes while it runs is swapped whole
+// through atomic pointers (current, runtime, stub, meter), so a handler
+// reads without a lock.
+//
+// Locks, and the order in which they are taken (one above another only
+// in this order; the others are leaves, held for a few lines):
+//
+//  1. applying: while a config or mode is put in force.
+//  2. lookups.mu (containerd.go), under applying when a config names a
+//     containerd not yet connected; then containerdConn.mu for its first
+//     check, in a goroutine of its own.
+//  3. metricsListener.mu (metrics.go), under applying when a config moves
+//     the metrics address.
+//
+// Per pod: a record's lookupSlot (a one-slot channel, held by the lookup
+// in flight) before its mu; podRecords.mu before a new record's mu, which
+// no one else holds yet (record.go). Leaves: requestGate.mu (leave.go),
+// discoveredLookup.mu, lackingContainers.mu and the meter's own.
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
@@ -77,9 +96,6 @@ type plugin struct {
 	// (--kubernetes-events, events.go): both off when zero.
 	lastGoodPath string
 	events       *eventRecorder
-	// rejectedFileDigest is the digest of the config file's text that was
-	// rejected at start when the plugin runs on the last good config.
-	rejectedFileDigest string
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {

@@ -20,16 +20,15 @@ import (
 // through every symlink, is hashed every interval, and a new hash is one
 // reload. A bad edit is therefore rejected once (and logged), not at every
 // poll; the next edit is tried again.
-func (p *plugin) watchConfigFile(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal) <-chan os.Signal {
+func (p *plugin) watchConfigFile(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal, rejected string) <-chan os.Signal {
 	out := make(chan os.Signal, 1)
 	// The content in force, as it was read when loaded: an edit made
 	// since then is a change to reload.
-	// On the last good config, the file's content was rejected at start.
-	var last string
+	// On the last good config, the file's content was rejected at start
+	// (rejected, from loadInitialConfig).
+	last := rejected
 	if cfg := p.current.Load().cfg; cfg.Source == path {
 		last = cfg.TextSHA256
-	} else {
-		last = p.rejectedFileDigest
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "interval": interval.String()}).Info("watching the config file for changes")
 	send := func(s os.Signal) {
@@ -79,5 +78,5 @@ func configDigest(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return textSHA256(data), nil
+	return config.TextSHA256(data), nil
 }

@@ -94,7 +94,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func startWatching(t *testing.T, p *plugin, path string, interval time.Duration, hup chan os.Signal) *syncBuffer {
+func startWatching(t *testing.T, p *plugin, path string, interval time.Duration, hup chan os.Signal, rejected string) *syncBuffer {
 	t.Helper()
 	var logs syncBuffer
 	p.log.SetOutput(&logs)
@@ -102,7 +102,7 @@ func startWatching(t *testing.T, p *plugin, path string, interval time.Duration,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
-	reloads := p.watchConfigFile(ctx, path, interval, hup)
+	reloads := p.watchConfigFile(ctx, path, interval, hup, rejected)
 	go func() { defer close(done); p.watchReloads(ctx, path, reloads) }()
 	return &logs
 }
@@ -117,7 +117,7 @@ func TestWatchConfigFileFollowsConfigMapUpdates(t *testing.T) {
 	if got := keepaliveTime(p); got != "600" {
 		t.Fatalf("initial config: keepalive %q, want 600", got)
 	}
-	logs := startWatching(t, p, cm.path(), 10*time.Millisecond, make(chan os.Signal))
+	logs := startWatching(t, p, cm.path(), 10*time.Millisecond, make(chan os.Signal), "")
 
 	cm.update("sysctls:\n  net.ipv4.tcp_keepalive_time: 300\n")
 	waitFor(t, "the edited config to be in force", func() bool { return keepaliveTime(p) == "300" })
@@ -145,7 +145,7 @@ func TestWatchConfigFileForwardsSIGHUP(t *testing.T) {
 	p := newTestPlugin(t, "", &fakeFetcher{})
 	p.reload(path)
 	hup := make(chan os.Signal, 1)
-	logs := startWatching(t, p, path, 10*time.Millisecond, hup)
+	logs := startWatching(t, p, path, 10*time.Millisecond, hup, "")
 	time.Sleep(100 * time.Millisecond)
 	if strings.Contains(logs.String(), "reloaded") {
 		t.Fatalf("an unchanged file was reloaded:\n%s", logs)
@@ -156,7 +156,7 @@ func TestWatchConfigFileForwardsSIGHUP(t *testing.T) {
 	p2 := newTestPlugin(t, "", &fakeFetcher{})
 	p2.reload(path2)
 	hup2 := make(chan os.Signal, 1)
-	startWatching(t, p2, path2, time.Hour, hup2)
+	startWatching(t, p2, path2, time.Hour, hup2, "")
 	if err := os.WriteFile(path2+".new", []byte("sysctls:\n  net.ipv4.tcp_keepalive_time: 450\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestWatchConfigFileReloadsEditBeforeWatchStart(t *testing.T) {
 	if err := os.Rename(path+".new", path); err != nil {
 		t.Fatal(err)
 	}
-	startWatching(t, p, path, 10*time.Millisecond, make(chan os.Signal))
+	startWatching(t, p, path, 10*time.Millisecond, make(chan os.Signal), "")
 	waitFor(t, "the edit made before the watch started to be reloaded", func() bool { return keepaliveTime(p) == "450" })
 }
 
@@ -189,7 +189,7 @@ func TestWatchConfigFileMissingFile(t *testing.T) {
 	path := trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n")
 	p := newTestPlugin(t, "", &fakeFetcher{})
 	p.reload(path)
-	logs := startWatching(t, p, path, 10*time.Millisecond, make(chan os.Signal))
+	logs := startWatching(t, p, path, 10*time.Millisecond, make(chan os.Signal), "")
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}

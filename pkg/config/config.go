@@ -265,18 +265,23 @@ func (ps Problems) Error() string {
 // sysctl.Judge). probe.Kernel is the real one.
 type KernelChecker func(values map[string][]string) (refused map[string]error, stored map[string]map[string]sysctl.Stored, err error)
 
-// ShortHash is the first 12 hex digits of TextSHA256: how the metrics and
-// the kubelet export name a config's text.
+// ShortHash is the first 12 hex digits of TextSHA256: how the metrics,
+// the Events and the kubelet export name a config's text.
 func (c *Config) ShortHash() string { return ShortHash(c.TextSHA256) }
 
 // ShortHash cuts a hex SHA-256 to its first 12 digits.
 func ShortHash(sum string) string { return sum[:min(12, len(sum))] }
 
+// TextSHA256 is the hex SHA-256 of a config's text (Config.TextSHA256).
+func TextSHA256(text []byte) string {
+	sum := sha256.Sum256(text)
+	return hex.EncodeToString(sum[:])
+}
+
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
 	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, UserNamespaceRefused: RefusedSkip}}
-	sum := sha256.Sum256(data)
-	p.cfg.TextSHA256 = hex.EncodeToString(sum[:])
+	p.cfg.TextSHA256 = TextSHA256(data)
 	parsed := p.parse(data)
 	// Probe even when other problems were found, so that one run lists
 	// every problem.

@@ -87,10 +87,3 @@ func (l *Listener) Track(c net.Conn, s http.ConnState) {
 		}
 	}
 }
-
-// Len is how many connections are held now.
-func (l *Listener) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns)
-}
