@@ -18,6 +18,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/plugin"
 )
 
 // Exit codes of audit: 1 is kept for "some container lacks the defaults",
@@ -32,17 +33,13 @@ const (
 // its socket) for the running containers and tells, for each, whether it
 // has the node's defaults.
 func auditFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
-	address := fs.String("containerd-address", defaultContainerdAddress, "containerd's socket (it serves CRI too)")
-	namespace := fs.String("containerd-namespace", defaultContainerdNamespace, "containerd namespace of the CRI pods, where pods' own sysctls are looked up as the plugin does")
+	var containerd plugin.ContainerdFlags
+	declareContainerdFlags(fs, &containerd)
 	cfgPath := fs.String("config", "", "the plugin's config: without it a container with no nri-sysctl annotation counts as lacking even in an excluded pod")
 	read := fs.Bool("read", false, "also read the live values in each pod's namespaces (needs --config and root)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	return func(args []string, stdout, stderr io.Writer) int {
-		if len(args) > 0 {
-			fmt.Fprintf(stderr, "unexpected argument %q\n", args[0])
-			return auditFailed
-		}
-		return runAudit(*address, *namespace, *cfgPath, *read, *timeout, stdout, stderr)
+	return func(_ []string, stdout, stderr io.Writer) int {
+		return runAudit(containerd.Address, containerd.Namespace, *cfgPath, *read, *timeout, stdout, stderr)
 	}
 }
 

@@ -26,7 +26,8 @@ var kubeletGIDMapping = []policy.IDMapping{{ContainerID: 0, HostID: 0, Size: 655
 // given attributes would get, key by key, from the same compiled policy
 // and decision the plugin uses.
 func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
-	path := fs.String("config", config.DefaultPath, "config file")
+	var path string
+	declareConfig(fs, &path)
 	namespace := fs.String("namespace", "", "the pod's namespace (required)")
 	name := fs.String("name", "", "the pod's name")
 	labels := keyValues{}
@@ -40,7 +41,8 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	hostUsers := fs.Bool("host-users", true, "false: hostUsers: false, the pod's own user namespace with kubelet's 65536 GIDs from 0")
 	own := keyValues{}
 	fs.Var(own, "pod-sysctl", "a sysctl the pod sets itself (securityContext.sysctls) `K=V` (repeat for more)")
-	skip := fs.Bool("skip-kernel-check", false, "leave out the probes of this kernel")
+	var skip bool
+	declareSkipKernelCheck(fs, &skip)
 	mode := runtimemode.Spec
 	fs.Func("mode", "the mode the node's runtime gets, spec (containerd >= 2.3) or namespace: who writes the sysctls, which matters to user-namespace pods (default spec)", func(v string) (err error) {
 		mode, err = runtimemode.Parse(v)
@@ -49,19 +51,19 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 		}
 		return err
 	})
-	return func(args []string, stdout, stderr io.Writer) int {
-		if *namespace == "" || len(args) > 0 {
-			fmt.Fprintln(stderr, "explain needs --namespace and takes no arguments")
+	return func(_ []string, stdout, stderr io.Writer) int {
+		if *namespace == "" {
+			fmt.Fprintln(stderr, "explain needs --namespace")
 			fs.Usage()
 			return 2
 		}
-		cfg, err := config.Load(*path, kernelChecker(*skip))
+		cfg, err := config.Load(path, probe.KernelCheck(skip))
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 		var refused policy.UserNamespaceRefusals
-		if !*skip && !*hostUsers {
+		if !skip && !*hostUsers {
 			refused = probeUserNamespaceRefusals(cfg, stderr)
 		}
 		in := policy.Input{

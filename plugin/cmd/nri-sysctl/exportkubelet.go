@@ -5,21 +5,18 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/kubeletexport"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
 // exportKubeletFlags declares export-kubelet's flags.
 func exportKubeletFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
-	path := fs.String("config", config.DefaultPath, "config file to export")
-	skip := fs.Bool("skip-kernel-check", false, "leave out the probes of this kernel (then inheritFromHost cannot be exported, and the keys hostUsers: false pods cannot be given are not named)")
-	return func(args []string, stdout, stderr io.Writer) int {
-		if len(args) > 0 {
-			fs.Usage()
-			return 2
-		}
-		return runExportKubelet(*path, *skip, stdout, stderr)
+	var path string
+	var skip bool
+	declareConfig(fs, &path)
+	declareSkipKernelCheck(fs, &skip)
+	return func(_ []string, stdout, stderr io.Writer) int {
+		return runExportKubelet(path, skip, stdout, stderr)
 	}
 }
 

@@ -10,12 +10,8 @@ import (
 )
 
 // importCRIOFlags: import-crio takes its file as its one argument.
-func importCRIOFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
+func importCRIOFlags(*flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	return func(args []string, stdout, stderr io.Writer) int {
-		if len(args) != 1 {
-			fs.Usage()
-			return 2
-		}
 		return runImportCRIO(args[0], stdout, stderr)
 	}
 }

@@ -18,50 +18,80 @@ import (
 // version is set by the Makefile.
 var version = "dev"
 
-// The containerd the plugin and audit talk to unless told otherwise.
-const (
-	defaultContainerdAddress   = "/run/containerd/containerd.sock"
-	defaultContainerdNamespace = "k8s.io"
-)
-
-// command is one way to run the binary. The usage text is made from the
-// table below, so it lists every command and flag there is.
+// command is one way to run the binary. The usage text, the exit-code
+// table in docs/operating.md and the man page's list of commands are
+// checked against the table below, so it lists every command, flag and
+// exit code there is.
 type command struct {
 	name string // "" runs the plugin
-	// args names the positional arguments in the usage line.
+	// args names the positional arguments in the usage line; run takes
+	// exactly that many, for every command.
 	args string
 	// synopsis says what it does; details, if any, is printed under its
 	// own usage.
 	synopsis, details string
+	// exits says what each exit code means, in order.
+	exits []exit
 	// flags declares the command's flags and returns what runs it once
 	// they are parsed, with the positional arguments.
 	flags func(fs *flag.FlagSet) (run func(args []string, stdout, stderr io.Writer) int)
 }
 
+// exit is one exit code of a command and what it means.
+type exit struct {
+	code int
+	when string
+}
+
+// Every command exits 2 on a bad flag or argument, with its usage.
+var usageExit = exit{2, "a bad flag, a missing or extra argument (the usage is printed)"}
+
 // commands in the order the usage lists them.
 var commands = []command{
-	{name: "", synopsis: "run the plugin", flags: pluginFlags},
-	{name: "validate", synopsis: "check a config; exit 0 if valid, 1 with every problem", flags: validateFlags},
+	{
+		name: "", synopsis: "run the plugin", flags: pluginFlags,
+		exits: []exit{
+			{0, "stopped by SIGTERM or SIGINT"},
+			{1, "refused to start (a rejected config and no last good one, an untrusted file, a mode the runtime cannot take), or, pre-installed, the runtime's connection ended"},
+			{2, "a bad flag or argument, or a bad --log-level, --log-format or --log-file (the usage is printed for a bad flag or argument)"},
+		},
+	},
+	{
+		name: "validate", synopsis: "check a config; exit 0 if valid, 1 with every problem", flags: validateFlags,
+		exits: []exit{{0, "the config is valid"}, {1, "it is not: every problem is listed, each with file, line, key and reason"}, usageExit},
+	},
 	{
 		name: "import-crio", args: "PATH",
 		synopsis: "print a config with the default_sysctls of a CRI-O config; exit 1 if some were left out (as comments)",
 		details:  "Prints an nri-sysctl config with the [crio.runtime] default_sysctls of a CRI-O\nconfig (crio.conf or a crio.conf.d drop-in). Entries nri-sysctl would refuse\nare printed as comments with the reason, and the exit code is then 1.",
 		flags:    importCRIOFlags,
+		exits:    []exit{{0, "every entry was imported"}, {1, "some entries were left out (printed as comments with the reason), or PATH cannot be read or parsed"}, usageExit},
 	},
 	{
 		name:     "export-kubelet",
 		synopsis: "print the node-wide defaults as a KubeletConfiguration drop-in (defaultPodSysctls); what kubelet cannot express as comments",
 		details:  "Prints a KubeletConfiguration drop-in for kubelet's --config-dir (a .conf file):\nthe feature gate DefaultPodSysctls and the config's node-wide defaults as\ndefaultPodSysctls, inherited values read from this host now. Rules, exclusions,\nprofiles, user-namespace handling and keys kubelet refuses are listed as\ncomments with the reason. The config is checked as validate checks it; a bad\none exits 1 with every problem.",
 		flags:    exportKubeletFlags,
+		exits:    []exit{{0, "the drop-in was printed"}, {1, "the config is not valid (validate's messages)"}, usageExit},
 	},
-	{name: "explain", synopsis: "what a pod with these attributes gets, key by key, and why", flags: explainFlags},
-	{name: "audit", synopsis: "which running containers lack the node's defaults; exit 1 if any", flags: auditFlags},
+	{
+		name: "explain", synopsis: "what a pod with these attributes gets, key by key, and why", flags: explainFlags,
+		exits: []exit{{0, "the explanation was printed"}, {1, "the config is not valid (validate's messages)"}, {2, "a bad flag or argument, or no --namespace (the usage is printed)"}},
+	},
+	{
+		name: "audit", synopsis: "which running containers lack the node's defaults; exit 1 if any", flags: auditFlags,
+		exits: []exit{
+			{0, "every running container has the node's defaults"},
+			{1, "some container lacks them (whatever else audit could not tell)"},
+			{2, "audit cannot tell: a container it cannot judge (UNKNOWN), a bad config, containerd unreachable, or a bad flag or argument (the usage is printed for a bad flag or argument)"},
+		},
+	},
 	{name: "version", synopsis: "print the version", flags: func(*flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 		return func(_ []string, stdout, _ io.Writer) int {
 			fmt.Fprintf(stdout, "nri-sysctl %s\n", version)
 			return 0
 		}
-	}},
+	}, exits: []exit{{0, "the version was printed"}, usageExit}},
 }
 
 func main() {
@@ -95,7 +125,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if err := checkArgCount(cmd, fs.Args()); err != nil {
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return usageExit.code
+	}
 	return runCmd(fs.Args(), stdout, stderr)
+}
+
+// checkArgCount is the one rule for positional arguments: a command takes
+// exactly those its usage line names.
+func checkArgCount(c command, args []string) error {
+	names := strings.Fields(c.args)
+	switch {
+	case len(args) > len(names):
+		return fmt.Errorf("unexpected argument %q", args[len(names)])
+	case len(args) < len(names):
+		return fmt.Errorf("missing %s", strings.Join(names[len(args):], " "))
+	}
+	return nil
 }
 
 // usageLine is how a command is called.
@@ -170,4 +218,17 @@ func hasFlags(fs *flag.FlagSet) bool {
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	return n > 0
+}
+
+// exitCodeTable is every command's exit codes as a Markdown table: what
+// docs/operating.md shows.
+func exitCodeTable() string {
+	var b strings.Builder
+	b.WriteString("| command | exit | when |\n|---|---|---|\n")
+	for _, c := range commands {
+		for _, e := range c.exits {
+			fmt.Fprintf(&b, "| `%s` | %d | %s |\n", strings.TrimSpace("nri-sysctl "+c.name), e.code, e.when)
+		}
+	}
+	return b.String()
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/plugin"
 )
@@ -25,12 +24,11 @@ func pluginFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 }
 
 func declareRunFlags(fs *flag.FlagSet, o *plugin.Options) {
-	fs.StringVar(&o.ConfigPath, "config", config.DefaultPath, "config file")
+	declareConfig(fs, &o.ConfigPath)
 	fs.StringVar(&o.NRISocket, "nri-socket", api.DefaultSocketPath, "NRI socket to connect to")
 	fs.StringVar(&o.PluginName, "plugin-name", "sysctl", "plugin name to register with")
 	fs.StringVar(&o.PluginIdx, "plugin-idx", "90", "plugin index; a high index sees what lower-index plugins set")
-	fs.StringVar(&o.Containerd.Address, "containerd-address", plugin.DefaultContainerdAddress, "containerd gRPC socket, to look up pods' own sysctls")
-	fs.StringVar(&o.Containerd.Namespace, "containerd-namespace", plugin.DefaultContainerdNamespace, "containerd namespace of the CRI pods")
+	declareContainerdFlags(fs, &o.Containerd)
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "serve /metrics, /healthz and /livez on this host:port, e.g. 127.0.0.1:9465 (default: the config's metricsAddress, else off)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
@@ -39,7 +37,7 @@ func declareRunFlags(fs *flag.FlagSet, o *plugin.Options) {
 		o.Mode, err = runtimemode.Parse(s)
 		return err
 	})
-	fs.BoolVar(&o.SkipKernelCheck, "skip-kernel-check", false, "do not probe the kernel for the configured keys")
+	declareSkipKernelCheck(fs, &o.SkipKernelCheck)
 	fs.BoolVar(&o.AllowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
 	fs.DurationVar(&o.WatchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
 	fs.BoolVar(&o.RemoveTaint, "remove-taint", false, "remove the taint "+plugin.NotReadyTaint+" from this node (env NODE_NAME) once registered, synchronized and containerd answers pod lookups, through the API server as the pod's service account")
@@ -50,22 +48,10 @@ func declareRunFlags(fs *flag.FlagSet, o *plugin.Options) {
 // checkRunFlags refuses flag values that parse but make no sense, once
 // parsed, and notes which containerd flags were given.
 func checkRunFlags(fs *flag.FlagSet, o *plugin.Options, stderr io.Writer) error {
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "containerd-address":
-			o.Containerd.AddressSet = true
-		case "containerd-namespace":
-			o.Containerd.NamespaceSet = true
-		}
-	})
+	markContainerdFlagsGiven(fs, &o.Containerd)
 	if err := o.Check(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return fmt.Errorf("unexpected argument")
 	}
 	return nil
 }

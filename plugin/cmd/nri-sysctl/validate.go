@@ -13,9 +13,11 @@ import (
 
 // validateFlags declares validate's flags.
 func validateFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
-	path := fs.String("config", config.DefaultPath, "config file to check")
-	skip := fs.Bool("skip-kernel-check", false, "leave out the probe of this kernel (for image builds on another kernel)")
-	return func(_ []string, stdout, stderr io.Writer) int { return runValidate(*path, *skip, stdout, stderr) }
+	var path string
+	var skip bool
+	declareConfig(fs, &path)
+	declareSkipKernelCheck(fs, &skip)
+	return func(_ []string, stdout, stderr io.Writer) int { return runValidate(path, skip, stdout, stderr) }
 }
 
 // checkedConfig is a config as validate checks it, and what the user
@@ -32,7 +34,7 @@ type checkedConfig struct {
 // the kernel probe unless skip, then the user namespace probe. A probe
 // that cannot run is a warning on stderr, not a rejection.
 func loadChecked(path string, skip bool, stderr io.Writer) (checkedConfig, error) {
-	cfg, err := config.Load(path, kernelChecker(skip))
+	cfg, err := config.Load(path, probe.KernelCheck(skip))
 	if err != nil {
 		return checkedConfig{}, err
 	}
@@ -72,13 +74,6 @@ func runValidate(path string, skip bool, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
 	return 0
-}
-
-func kernelChecker(skip bool) config.KernelChecker {
-	if skip {
-		return nil
-	}
-	return probe.Kernel
 }
 
 // printInheritance shows validate's reader what inheritFromHost expands to
