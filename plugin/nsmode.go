@@ -97,7 +97,7 @@ func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord, pod 
 	written, errs, state := rec.namespaceOutcome()
 	skipped := d.Skipped
 	for _, e := range errs {
-		skipped = append(skipped, policy.Skipped{Key: e.Key, Code: policy.SkipWriteFailed, Reason: policy.ReasonWriteFailed + ": " + e.Err.Error()})
+		skipped = append(skipped, policy.SkipWriteFailed.Skip(e.Key, ": "+e.Err.Error()))
 	}
 	got := appliedOrNothing(written)
 	if state == writeFailed {

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"slices"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
@@ -72,11 +71,7 @@ func (p *plugin) reportProfiles(pod *api.PodSandbox, d policy.Decision) {
 			log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result)}).Debug("profile applied")
 			continue
 		}
-		reason := ""
-		if i := slices.IndexFunc(d.Skipped, func(s policy.Skipped) bool { return s.Key == policy.ProfileKeyPrefix+r.Name }); i >= 0 {
-			reason = d.Skipped[i].Reason
-		}
-		log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result), "reason": reason}).Warn("profile not applied; the pod gets the rest")
+		log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result), "reason": r.Reason}).Warn("profile not applied; the pod gets the rest")
 	}
 }
 

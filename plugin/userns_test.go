@@ -64,7 +64,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 	if got := adj.GetLinux().GetSysctl(); !reflect.DeepEqual(got, wantSpec) {
 		t.Errorf("spec mode sets %v, want %v", got, wantSpec)
 	}
-	if got, want := annotation(adj, outcome.AnnotationSkipped), "kernel.domainname (the kernel refuses it inside a user namespace when runc in the pod writes it)"; got != want {
+	if got, want := annotation(adj, outcome.AnnotationSkipped), "kernel.domainname (cannot be set in the pod's user namespace: the kernel refuses it when runc in the pod writes it)"; got != want {
 		t.Errorf("spec mode skips %q, want %q", got, want)
 	}
 

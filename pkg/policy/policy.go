@@ -98,6 +98,8 @@ type Decision struct {
 type ProfileResult struct {
 	Name   string
 	Result ProfileOutcome
+	// Reason says why it was not applied (the text of its Skipped).
+	Reason string
 }
 
 // ProfileOutcome is the result label of nri_sysctl_profiles_total.
@@ -258,14 +260,17 @@ func (p *Policy) Decide(in Input) Decision {
 			continue
 		}
 		key := p.keys[i]
-		if code, reason, skip := skipReason(key, p.ns[i], refused != nil && refused[i], in); skip {
-			d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Code: code, Reason: reason})
+		if skip, skipped := skipReason(key, p.ns[i], refused != nil && refused[i], in); skipped {
+			skip.Value = value
+			d.Skipped = append(d.Skipped, skip)
 			continue
 		}
 		if key == sysctl.PingGroupRange && in.Pod.Own.Has(sysctl.User) {
 			clamped, ok, reason := clampPingGroupRange(value, in.GIDMappings)
 			if !ok {
-				d.Skipped = append(d.Skipped, Skipped{Key: key, Value: value, Code: SkipUserNamespace, Reason: reason})
+				skip := SkipUserNamespace.Skip(key, ": "+reason)
+				skip.Value = value
+				d.Skipped = append(d.Skipped, skip)
 				continue
 			}
 			value = clamped
@@ -314,29 +319,32 @@ const (
 func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decision) (added int) {
 	names, refusal := askedProfiles(asked)
 	if refusal != "" {
-		d.ProfilesRefused = refusal
-		d.Skipped = append(d.Skipped, Skipped{Key: config.ProfilesAnnotation, Code: SkipProfilesRefused, Reason: refusal})
+		skip := SkipProfilesRefused.Skip(config.ProfilesAnnotation, refusal)
+		d.ProfilesRefused = skip.Reason
+		d.Skipped = append(d.Skipped, skip)
 		return 0
 	}
 	for _, name := range names {
 		pr, known := p.profiles[name]
-		var reason string
+		var skip *Skipped
 		switch {
 		case !known:
-			d.Profiles = append(d.Profiles, ProfileResult{name, ProfileUnknown})
-			d.Skipped = append(d.Skipped, Skipped{Key: ProfileKeyPrefix + name, Code: SkipProfileUnknown, Reason: ReasonProfileUnknown})
-			continue
+			skip = ptr(SkipProfileUnknown.Skip(ProfileKeyPrefix+name, ""))
 		case len(pr.allowedNamespaces) > 0 && !anyGlob(pr.allowedNamespaces, pod.Namespace):
-			reason = ReasonProfileNotAllowed + " in namespace " + pod.Namespace
+			skip = ptr(SkipProfileNotAllowed.Skip(ProfileKeyPrefix+name, " in namespace "+pod.Namespace))
 		case len(pr.allowedRuntimeHandlers) > 0 && !anyGlob(pr.allowedRuntimeHandlers, pod.RuntimeHandler):
-			reason = ReasonProfileNotAllowed + " for runtime handler " + quoteEmpty(pod.RuntimeHandler)
+			skip = ptr(SkipProfileNotAllowed.Skip(ProfileKeyPrefix+name, " for runtime handler "+quoteEmpty(pod.RuntimeHandler)))
 		}
-		if reason != "" {
-			d.Profiles = append(d.Profiles, ProfileResult{name, ProfileNotAllowed})
-			d.Skipped = append(d.Skipped, Skipped{Key: ProfileKeyPrefix + name, Code: SkipProfileNotAllowed, Reason: reason})
+		if skip != nil {
+			result := ProfileNotAllowed
+			if skip.Code == SkipProfileUnknown {
+				result = ProfileUnknown
+			}
+			d.Profiles = append(d.Profiles, ProfileResult{Name: name, Result: result, Reason: skip.Reason})
+			d.Skipped = append(d.Skipped, *skip)
 			continue
 		}
-		d.Profiles = append(d.Profiles, ProfileResult{name, ProfileApplied})
+		d.Profiles = append(d.Profiles, ProfileResult{Name: name, Result: ProfileApplied})
 		for _, s := range pr.set {
 			if values[s.idx] == "" {
 				added++
@@ -348,11 +356,12 @@ func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decisi
 }
 
 // askedProfiles splits the annotation into its names, each once, in order,
-// in time linear in its length; refusal says why none is taken: the
-// annotation is over a bound, or names a profile no config can have.
+// in time linear in its length; refusal says why none is taken (the detail
+// of a SkipProfilesRefused): the annotation is over a bound, or names a
+// profile no config can have.
 func askedProfiles(asked string) (names []string, refusal string) {
 	if len(asked) > MaxProfilesAnnotationBytes {
-		return nil, fmt.Sprintf("%s is %d bytes long, over the %d allowed", ReasonProfilesRefused, len(asked), MaxProfilesAnnotationBytes)
+		return nil, fmt.Sprintf(" is %d bytes long, over the %d allowed", len(asked), MaxProfilesAnnotationBytes)
 	}
 	seen := make(map[string]bool, MaxProfilesAsked)
 	for rest := asked; rest != ""; {
@@ -363,10 +372,10 @@ func askedProfiles(asked string) (names []string, refusal string) {
 			continue
 		}
 		if !config.ValidProfileName(name) {
-			return nil, fmt.Sprintf("%s names %q, which is no profile name", ReasonProfilesRefused, shortened(name))
+			return nil, fmt.Sprintf(" names %q, which is no profile name", shortened(name))
 		}
 		if len(names) == MaxProfilesAsked {
-			return nil, fmt.Sprintf("%s names more than %d profiles", ReasonProfilesRefused, MaxProfilesAsked)
+			return nil, fmt.Sprintf(" names more than %d profiles", MaxProfilesAsked)
 		}
 		seen[name] = true
 		names = append(names, name)
@@ -394,23 +403,25 @@ func quoteEmpty(s string) string {
 // skipReason applies, in order: host namespaces, keys the kernel refuses
 // in the pod's user namespace, the pod's own value, and a value already on
 // the container.
-func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input) (code SkipCode, reason string, skip bool) {
+func skipReason(key string, ns sysctl.Namespace, refusedInUserNS bool, in Input) (skip Skipped, skipped bool) {
 	if !in.Pod.Own.Has(ns) {
-		return SkipHostNamespace, ReasonHostNamespace + " (" + ns.String() + ")", true
+		return SkipHostNamespace.Skip(key, " ("+ns.String()+")"), true
 	}
 	if refusedInUserNS && in.Pod.Own.Has(sysctl.User) {
 		// Which writer was refused: runc in the pod (spec mode) and host
 		// root (namespace mode) are refused different keys.
-		return SkipUserNamespace, ReasonUserNamespace + " when " + in.Writer.String() + " writes it", true
+		return SkipUserNamespace.Skip(key, ": the kernel refuses it when "+in.Writer.String()+" writes it"), true
 	}
 	if _, own := in.PodOwn[key]; own {
-		return SkipPodOwn, ReasonPodOwn, true
+		return SkipPodOwn.Skip(key, ""), true
 	}
 	if _, set := in.Existing[key]; set {
-		return SkipExisting, ReasonExisting, true
+		return SkipExisting.Skip(key, ""), true
 	}
-	return 0, "", false
+	return Skipped{}, false
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // matches is true when every field the selector gives matches the pod.
 func matches(s selector, pod Pod) bool {

@@ -52,10 +52,10 @@ func skipped(d Decision) map[string]string {
 
 func TestDecideNamespaces(t *testing.T) {
 	p := Compile(mustConfig(t, baseConfig), nil)
-	hostNet := ReasonHostNamespace + " (network)"
-	hostIPC := ReasonHostNamespace + " (ipc)"
-	hostUTS := ReasonHostNamespace + " (uts)"
-	hostUser := ReasonHostNamespace + " (user)"
+	hostNet := SkipHostNamespace.String() + " (network)"
+	hostIPC := SkipHostNamespace.String() + " (ipc)"
+	hostUTS := SkipHostNamespace.String() + " (uts)"
+	hostUser := SkipHostNamespace.String() + " (user)"
 	tests := []struct {
 		name        string
 		own         NamespaceSet
@@ -151,7 +151,7 @@ func TestDecidePrecedence(t *testing.T) {
 				"net.ipv4.tcp_keepalive_time": "600", "kernel.msgmax": "16384",
 				"kernel.domainname": "example.org", "net.ipv4.ip_unprivileged_port_start": "1024",
 			},
-			wantSkipped: map[string]string{"net.ipv4.tcp_keepalive_intvl": ReasonPodOwn},
+			wantSkipped: map[string]string{"net.ipv4.tcp_keepalive_intvl": SkipPodOwn.String()},
 		},
 		{
 			// The lookup leaves out containerd's implicit keys when it can
@@ -171,7 +171,7 @@ func TestDecidePrecedence(t *testing.T) {
 				"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60",
 				"kernel.msgmax": "16384", "kernel.domainname": "example.org",
 			},
-			wantSkipped: map[string]string{"net.ipv4.ip_unprivileged_port_start": ReasonPodOwn},
+			wantSkipped: map[string]string{"net.ipv4.ip_unprivileged_port_start": SkipPodOwn.String()},
 		},
 		{
 			name:     "a key another plugin already set is kept",
@@ -180,7 +180,7 @@ func TestDecidePrecedence(t *testing.T) {
 				"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60",
 				"kernel.domainname": "example.org", "net.ipv4.ip_unprivileged_port_start": "1024",
 			},
-			wantSkipped: map[string]string{"kernel.msgmax": ReasonExisting},
+			wantSkipped: map[string]string{"kernel.msgmax": SkipExisting.String()},
 		},
 		{
 			name:     "the pod's own value is reported before an existing one",
@@ -190,7 +190,7 @@ func TestDecidePrecedence(t *testing.T) {
 				"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60",
 				"kernel.domainname": "example.org", "net.ipv4.ip_unprivileged_port_start": "1024",
 			},
-			wantSkipped: map[string]string{"kernel.msgmax": ReasonPodOwn},
+			wantSkipped: map[string]string{"kernel.msgmax": SkipPodOwn.String()},
 		},
 	}
 	for _, tc := range tests {

@@ -66,71 +66,71 @@ func TestDecideProfiles(t *testing.T) {
 			pod:          pod("trading-a", "", "low-latency"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "4096", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900", "net.ipv4.tcp_slow_start_after_idle": "0"},
 			wantSkipped:  map[string]string{},
-			wantProfiles: []ProfileResult{{"low-latency", ProfileApplied}},
+			wantProfiles: []ProfileResult{{"low-latency", ProfileApplied, ""}},
 		},
 		{
 			name:         "two profiles layer in annotation order: the later wins",
 			pod:          pod("trading-a", "", "low-latency,many-conns"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "8192", "net.ipv4.tcp_fin_timeout": "15", "net.ipv4.tcp_keepalive_time": "900", "net.ipv4.tcp_slow_start_after_idle": "0"},
 			wantSkipped:  map[string]string{},
-			wantProfiles: []ProfileResult{{"low-latency", ProfileApplied}, {"many-conns", ProfileApplied}},
+			wantProfiles: []ProfileResult{{"low-latency", ProfileApplied, ""}, {"many-conns", ProfileApplied, ""}},
 		},
 		{
 			name:         "the other order, spaces and a repeat",
 			pod:          pod("trading-a", "", " many-conns , low-latency,,many-conns"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "4096", "net.ipv4.tcp_fin_timeout": "15", "net.ipv4.tcp_keepalive_time": "900", "net.ipv4.tcp_slow_start_after_idle": "0"},
 			wantSkipped:  map[string]string{},
-			wantProfiles: []ProfileResult{{"many-conns", ProfileApplied}, {"low-latency", ProfileApplied}},
+			wantProfiles: []ProfileResult{{"many-conns", ProfileApplied, ""}, {"low-latency", ProfileApplied, ""}},
 		},
 		{
 			name:         "the pod's own value wins over a profile",
 			pod:          pod("trading-a", "", "low-latency"),
 			own:          map[string]string{"net.core.somaxconn": "1000"},
 			wantApplied:  map[string]string{"net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900", "net.ipv4.tcp_slow_start_after_idle": "0"},
-			wantSkipped:  map[string]string{"net.core.somaxconn": ReasonPodOwn},
-			wantProfiles: []ProfileResult{{"low-latency", ProfileApplied}},
+			wantSkipped:  map[string]string{"net.core.somaxconn": SkipPodOwn.String()},
+			wantProfiles: []ProfileResult{{"low-latency", ProfileApplied, ""}},
 		},
 		{
 			name:         "not allowed in the namespace: skipped, the rest still applies",
 			pod:          pod("default", "", "low-latency,many-conns"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "8192", "net.ipv4.tcp_fin_timeout": "15"},
 			wantSkipped:  map[string]string{"profile/low-latency": "not allowed in namespace default"},
-			wantProfiles: []ProfileResult{{"low-latency", ProfileNotAllowed}, {"many-conns", ProfileApplied}},
+			wantProfiles: []ProfileResult{{"low-latency", ProfileNotAllowed, ""}, {"many-conns", ProfileApplied, ""}},
 		},
 		{
 			name:         "unknown profile: skipped, defaults still apply",
 			pod:          pod("default", "", "x"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "128", "net.ipv4.tcp_fin_timeout": "60"},
 			wantSkipped:  map[string]string{"profile/x": "no such profile"},
-			wantProfiles: []ProfileResult{{"x", ProfileUnknown}},
+			wantProfiles: []ProfileResult{{"x", ProfileUnknown, ""}},
 		},
 		{
 			name:         "both allow lists must match: namespace yes, handler no",
 			pod:          pod("trading-a", "runc", "kata-only"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "256", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900"},
 			wantSkipped:  map[string]string{"profile/kata-only": "not allowed for runtime handler runc"},
-			wantProfiles: []ProfileResult{{"kata-only", ProfileNotAllowed}},
+			wantProfiles: []ProfileResult{{"kata-only", ProfileNotAllowed, ""}},
 		},
 		{
 			name:         "both allow lists must match: handler yes, namespace no",
 			pod:          pod("default", "kata-qemu", "kata-only"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "128", "net.ipv4.tcp_fin_timeout": "60"},
 			wantSkipped:  map[string]string{"profile/kata-only": "not allowed in namespace default"},
-			wantProfiles: []ProfileResult{{"kata-only", ProfileNotAllowed}},
+			wantProfiles: []ProfileResult{{"kata-only", ProfileNotAllowed, ""}},
 		},
 		{
 			name:         "both allow lists match",
 			pod:          pod("trading-a", "kata-qemu", "kata-only"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "256", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900", "net.ipv4.tcp_keepalive_intvl": "5"},
 			wantSkipped:  map[string]string{},
-			wantProfiles: []ProfileResult{{"kata-only", ProfileApplied}},
+			wantProfiles: []ProfileResult{{"kata-only", ProfileApplied, ""}},
 		},
 		{
 			name:         "the default runtime handler is named",
 			pod:          pod("trading-a", "", "kata-only"),
 			wantApplied:  map[string]string{"net.core.somaxconn": "256", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900"},
 			wantSkipped:  map[string]string{"profile/kata-only": `not allowed for runtime handler ""`},
-			wantProfiles: []ProfileResult{{"kata-only", ProfileNotAllowed}},
+			wantProfiles: []ProfileResult{{"kata-only", ProfileNotAllowed, ""}},
 		},
 		{
 			name:         "a rule matches an annotation",
@@ -165,8 +165,17 @@ func TestDecideProfiles(t *testing.T) {
 			if got := skipped(d); !reflect.DeepEqual(got, tt.wantSkipped) {
 				t.Errorf("skipped = %v, want %v", got, tt.wantSkipped)
 			}
-			if !reflect.DeepEqual(d.Profiles, tt.wantProfiles) {
-				t.Errorf("profiles = %v, want %v", d.Profiles, tt.wantProfiles)
+			// A profile's result carries the reason of its skip.
+			var profiles []ProfileResult
+			for _, r := range d.Profiles {
+				if want := tt.wantSkipped[ProfileKeyPrefix+r.Name]; r.Reason != want {
+					t.Errorf("profile %s: reason %q, want its skip's %q", r.Name, r.Reason, want)
+				}
+				r.Reason = ""
+				profiles = append(profiles, r)
+			}
+			if !reflect.DeepEqual(profiles, tt.wantProfiles) {
+				t.Errorf("profiles = %v, want %v", profiles, tt.wantProfiles)
 			}
 		})
 	}

@@ -33,27 +33,24 @@ const (
 	NumSkipCodes = iota
 )
 
-// Skip reasons, stable for logs and tests.
-const (
-	ReasonHostNamespace     = "pod shares the host's namespace"
-	ReasonPodOwn            = "pod sets it itself"
-	ReasonExisting          = "already set on the container (runtime or another plugin)"
-	ReasonUserNamespace     = "the kernel refuses it inside a user namespace"
-	ReasonWriteFailed       = "write failed"
-	ReasonProfileUnknown    = "no such profile"
-	ReasonProfileNotAllowed = "not allowed"
-	ReasonProfilesRefused   = "no profile applied: the annotation"
-)
-
+// skipCodes gives each code its metric label and its reason's text,
+// stable for logs and tests. A skip is made only through Skip, so that
+// code and text go together.
 var skipCodes = [NumSkipCodes]struct{ label, text string }{
-	SkipHostNamespace:     {"host_namespace", ReasonHostNamespace},
-	SkipPodOwn:            {"pod_own", ReasonPodOwn},
-	SkipExisting:          {"existing", ReasonExisting},
-	SkipUserNamespace:     {"user_namespace", ReasonUserNamespace},
-	SkipWriteFailed:       {"write_failed", ReasonWriteFailed},
-	SkipProfileUnknown:    {"profile_unknown", ReasonProfileUnknown},
-	SkipProfileNotAllowed: {"profile_not_allowed", ReasonProfileNotAllowed},
-	SkipProfilesRefused:   {"profiles_refused", ReasonProfilesRefused},
+	SkipHostNamespace:     {"host_namespace", "pod shares the host's namespace"},
+	SkipPodOwn:            {"pod_own", "pod sets it itself"},
+	SkipExisting:          {"existing", "already set on the container (runtime or another plugin)"},
+	SkipUserNamespace:     {"user_namespace", "cannot be set in the pod's user namespace"},
+	SkipWriteFailed:       {"write_failed", "write failed"},
+	SkipProfileUnknown:    {"profile_unknown", "no such profile"},
+	SkipProfileNotAllowed: {"profile_not_allowed", "not allowed"},
+	SkipProfilesRefused:   {"profiles_refused", "no profile applied: the annotation"},
+}
+
+// Skip is key skipped for this code; its reason is the code's text, then
+// detail (which brings its own separator, such as " (net)" or ": ...").
+func (c SkipCode) Skip(key, detail string) Skipped {
+	return Skipped{Key: key, Code: c, Reason: skipCodes[c].text + detail}
 }
 
 // Profile tells whether the code is about a profile, not a sysctl: such a

@@ -113,7 +113,7 @@ func TestDecideSkipsKeysRefusedInUserNamespaces(t *testing.T) {
 		}
 		want := map[string]string{}
 		if tc.skipped != "" {
-			want[tc.skipped] = ReasonUserNamespace + " when " + tc.writer.String() + " writes it"
+			want[tc.skipped] = SkipUserNamespace.String() + ": the kernel refuses it when " + tc.writer.String() + " writes it"
 		}
 		if got := skipped(d); !reflect.DeepEqual(got, want) {
 			t.Errorf("%v, user namespace %v: skipped %v, want %v", tc.writer, tc.own.Has(sysctl.User), got, want)

@@ -55,7 +55,7 @@ func TestUserNamespacePod(t *testing.T) {
 	if got := strings.TrimSpace(execIn(t, id, "sh", "-c", "cat /proc/sys/net/core/xfrm_acq_expires 2>/dev/null || echo absent")); got != "absent" {
 		t.Errorf("net.core.xfrm_acq_expires = %s in the user-namespace pod; expected the kernel to hide it", got)
 	}
-	if ann := containerAnnotations(t, id)[annotationSkipped]; !strings.Contains(ann, "net.core.xfrm_acq_expires (the kernel refuses it inside a user namespace when") {
+	if ann := containerAnnotations(t, id)[annotationSkipped]; !strings.Contains(ann, "net.core.xfrm_acq_expires (cannot be set in the pod's user namespace: the kernel refuses it when") {
 		t.Errorf("annotation %s = %q, want xfrm_acq_expires skipped for the user namespace", annotationSkipped, ann)
 	}
 

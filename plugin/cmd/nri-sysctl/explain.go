@@ -166,8 +166,8 @@ func explainProfiles(d policy.Decision, pod policy.Pod) string {
 	parts := make([]string, len(d.Profiles))
 	for i, r := range d.Profiles {
 		parts[i] = r.Name + " applied"
-		if j := slices.IndexFunc(d.Skipped, func(s policy.Skipped) bool { return s.Key == policy.ProfileKeyPrefix+r.Name }); j >= 0 {
-			parts[i] = r.Name + " skipped (" + d.Skipped[j].Reason + ")"
+		if r.Result != policy.ProfileApplied {
+			parts[i] = r.Name + " skipped (" + r.Reason + ")"
 		}
 	}
 	return "profiles: " + strings.Join(parts, ", ") + " (in this order; a later profile overrides an earlier one)"
