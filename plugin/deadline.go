@@ -33,7 +33,7 @@ func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodS
 			return containerResult{outcome: outcome.TimedOut}
 		})
 	}
-	if d.err == nil && (d.outcome == outcome.LookupFailed || d.outcome == outcome.TimedOut) && rec.cfg.cfg.OnLookupError == config.OnLookupErrorFail {
+	if d.err == nil && d.outcome.Undecided() && rec.cfg.cfg.OnLookupError == config.OnLookupErrorFail {
 		p.podLog(pod).WithField("outcome", d.outcome.String()).Warn("onLookupError: fail, refusing the container so that it is retried")
 		d.err = fmt.Errorf("pod %s: %w", podName(pod), errLookupRefused)
 	}

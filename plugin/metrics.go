@@ -169,7 +169,7 @@ func (m *metrics) decided(podID string, o outcome.Outcome, applied []sysctl.Sysc
 			m.sysctlsSkipped[s.Code].Inc()
 		}
 	}
-	if o == outcome.Applied || o == outcome.NothingToApply {
+	if o.Heals() {
 		m.lacking.forget(podID)
 	}
 }

@@ -58,25 +58,23 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 	adj.AddAnnotation(outcome.AnnotationOutcome, d.outcome.String())
 	// Only a container that was decided for counts its keys: an excluded
 	// one, or one whose pod could not be looked up, was given none.
-	switch d.outcome {
-	case outcome.Excluded, outcome.LookupFailed, outcome.TimedOut:
-		m.containerOutcome(d.outcome)
-	default:
+	if d.outcome.Decided() {
 		m.decided(pod.GetId(), d.outcome, d.applied, d.skipped)
+	} else {
+		m.containerOutcome(d.outcome)
 	}
 	if !p.log.IsLevelEnabled(logrus.DebugLevel) {
 		return adj, nil, nil // the fields below allocate
 	}
 	log := p.podLog(pod).WithField("container", ctr.GetName())
-	switch d.outcome {
-	case outcome.Excluded:
-		log.WithFields(logrus.Fields{"outcome": d.outcome.String(), "reason": d.excludedBy}).Debug("decision")
-	case outcome.LookupFailed, outcome.TimedOut:
-		// ownSysctls or decideInTime logged why.
-	default:
+	switch {
+	case d.outcome.Decided():
 		log.WithFields(logrus.Fields{"applied": formatApplied(d.applied), "skipped": skipped, "outcome": d.outcome.String()}).Debug("decision")
 		logSkippedKeys(log, d.skipped)
+	case d.excludedBy != "":
+		log.WithFields(logrus.Fields{"outcome": d.outcome.String(), "reason": d.excludedBy}).Debug("decision")
 	}
+	// An undecided one: ownSysctls or decideInTime logged why.
 	return adj, nil, nil
 }
 
