@@ -1,7 +1,13 @@
 package plugin
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 	"sync"
 	"time"
 )
@@ -16,14 +22,20 @@ import (
 // container is created without the plugin's sysctls.
 //
 // So on SIGTERM the plugin refuses new containers, lets the requests under
-// way answer, and then closes its connection while it holds a request
-// whose lost answer costs nothing: a RunPodSandbox (the pod's first
-// container is refused meanwhile, and whoever answers its retry gives it
-// what it lacks) or a RemovePodSandbox. NRI takes the close as that
-// request's answer and drops the plugin at its end, so the next
-// CreateContainer finds no plugin and a fail-closed runtime refuses it.
-// Only where no pod starts or goes for leaveWait does the plugin close
-// between requests, and then says so.
+// way answer, and then has the runtime drop its connection at once: it
+// registers a second, throwaway connection (a sweeper, which asks for no
+// container event), and closes the first inside the sweeper's
+// Synchronize. The runtime blocks container creation for the whole of a
+// plugin's registration (BlockPluginSync, on every containerd line) and
+// ends it by removing closed plugins (sortPlugins), so no CreateContainer
+// can meet the closed connection: the next one finds no plugin, and a
+// fail-closed runtime refuses it.
+//
+// Where the sweeper cannot register, the plugin closes inside the next
+// RunPodSandbox or RemovePodSandbox (whose lost answer costs nothing: NRI
+// takes the close as that request's answer and drops the plugin at its
+// end), and only where no pod starts or goes for leaveWait does it close
+// between requests, and say so.
 
 // errLeaving fails a CreateContainer that arrives while the plugin is
 // leaving. The runtime fails that container (the kubelet retries it) and
@@ -32,10 +44,78 @@ import (
 // mean "no answer".
 var errLeaving = errors.New("nri-sysctl is stopping: container creation refused so that it is retried, not created without the node's sysctl defaults")
 
-// leaveWait is how long a stopping plugin waits for a pod to start or go,
-// to close its connection inside that request. Within the chart's
-// termination grace period (10 s) with the request timeout twice over.
+// leaveWait is how long a stopping plugin whose sweeper could not register
+// waits for a pod to start or go, to close its connection inside that
+// request. Within the chart's termination grace period (10 s) with the
+// request timeout twice over.
 const leaveWait = 4 * time.Second
+
+// closeNoticed is how long the sweeper's Synchronize waits, once the
+// plugin's connection is closed, for the runtime to notice the close
+// before it removes closed plugins.
+const closeNoticed = 250 * time.Millisecond
+
+// sweeper is the throwaway plugin a stopping plugin registers so that the
+// runtime drops its closed connection before any container is created
+// (see above). It asks for RemovePodSandbox alone, answered with nothing,
+// so that the runtime never waits on it for a container.
+type sweeper struct {
+	// closeMain closes the plugin's own connection.
+	closeMain func()
+	closed    chan struct{}
+}
+
+func (s *sweeper) Configure(context.Context, string, string, string) (api.EventMask, error) {
+	return api.MustParseEventMask("RemovePodSandbox"), nil
+}
+
+// Synchronize runs while the runtime creates no container: the plugin's
+// connection is closed here, and the runtime removes it on return.
+func (s *sweeper) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	s.closeMain()
+	time.Sleep(closeNoticed)
+	close(s.closed)
+	return nil, nil
+}
+
+func (s *sweeper) RemovePodSandbox(context.Context, *api.PodSandbox) error { return nil }
+
+// sweep registers a sweeper named after the plugin on the NRI socket at
+// socketPath, which closes the plugin's connection (closeMain) inside its
+// Synchronize, then leaves. It fails, with closeMain not called, when the
+// sweeper cannot connect; closeMain may have run when it fails later.
+func sweep(socketPath, name, idx string, closeMain func(), timeout time.Duration) error {
+	// Dialled here: a pre-installed plugin's stub would take the
+	// connection containerd handed it in the environment.
+	conn, err := net.DialTimeout("unix", socketPath, timeout)
+	if err != nil {
+		return err
+	}
+	sw := &sweeper{closeMain: closeMain, closed: make(chan struct{})}
+	s, err := stub.New(sw, stub.WithPluginName(name+"-leaving"), stub.WithPluginIdx(idx), stub.WithConnection(conn))
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Start returns once the sweeper is configured; the runtime then
+	// synchronizes it.
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-sw.closed:
+		// The sweeper stays until the runtime has its answer and has
+		// dropped the closed plugin: a sweeper gone before that fails its
+		// registration, which then drops nothing.
+		time.Sleep(closeNoticed)
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the runtime did not synchronize the sweeper within %s", timeout)
+	}
+}
 
 // answerLinger is how long no request may have come before a plugin that
 // closes between requests does: long enough for the last answer, or

@@ -267,3 +267,32 @@ func TestNRILeaveWithoutAPodEvent(t *testing.T) {
 		t.Errorf("the plugin's log does not say it closed between requests:\n%s", h.log.String())
 	}
 }
+
+// TestNRILeaveThroughASweeper: the stopping plugin registers a sweeper and
+// closes its connection inside the sweeper's Synchronize, during which the
+// runtime creates no container; it is gone at once, without waiting for a
+// pod event, and the next container is refused by the runtime (the
+// sweeper, under another name, is not the required plugin).
+func TestNRILeaveThroughASweeper(t *testing.T) {
+	rt := startNRIRuntime(t, "2.4.2", true, adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true, RequiredPlugins: []string{"sysctl"}}))
+	h := newNRIPlugin(t, "", nriDefaults, nriFetcher{}, nil)
+	h.p.leaveWait = time.Minute
+	h.p.sweepSocket, h.p.sweepName, h.p.sweepIdx = rt.socket, "sysctl", "90"
+	h.serve(t, rt)
+	h.waitReady(t, rt)
+	rt.startPod(t, nriPod("before", "default", "network", "ipc"), nriContainer("before"))
+
+	h.cancel() // what SIGTERM does
+	select {
+	case <-h.done:
+	case <-time.After(nriWait):
+		t.Fatal("the plugin did not leave through its sweeper")
+	}
+	if !strings.Contains(h.log.String(), "while the runtime registered a sweeper") {
+		t.Errorf("the plugin's log does not say it closed inside the sweeper's registration:\n%s", h.log.String())
+	}
+	adj, err := rt.createContainer(nriPod("before", "default", "network", "ipc"), nriContainer("after"), api.ContainerState_CONTAINER_RUNNING)
+	if err == nil || !strings.Contains(err.Error(), "required plugin") {
+		t.Fatalf("container created after the plugin left: sysctls %v, error %v; want the runtime's required-plugin refusal", oursOf(adj).sysctls, err)
+	}
+}

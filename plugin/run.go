@@ -97,6 +97,13 @@ func Run(o Options, stderr io.Writer) int {
 		}
 	}()
 
+	// The sweeper a stopping plugin registers (leave.go) takes the
+	// plugin's name and index, pre-installed from containerd's
+	// environment, on the NRI socket.
+	p.sweepSocket, p.sweepName, p.sweepIdx = o.NRISocket, o.PluginName, o.PluginIdx
+	if preinstalled {
+		p.sweepName, p.sweepIdx = os.Getenv(api.PluginNameEnvVar), os.Getenv(api.PluginIdxEnvVar)
+	}
 	var stubOpts []stub.Option
 	if !preinstalled {
 		// A pre-installed plugin gets its name, index and socket from
@@ -150,9 +157,11 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 		return false, fmt.Errorf("registering with NRI: %w", err)
 	}
 	p.log.WithField("mode", p.mode()).Info("registered with NRI")
-	stopped := make(chan struct{})
-	defer close(stopped)
+	// A stopping plugin returns only once it has left: its sweeper
+	// outlives the connection it closes (leave.go).
+	stopped, left := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(left)
 		select {
 		case <-ctx.Done():
 			p.leave(s)
@@ -160,17 +169,28 @@ func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered b
 		}
 	}()
 	s.Wait()
+	close(stopped)
+	<-left
 	return true, errors.New("connection to the runtime closed")
 }
 
 // leave closes the NRI connection where the runtime cannot take the close
 // for a missing CreateContainer answer (leave.go): new containers are
 // refused from now on, those under way answer first, and the close happens
-// inside the next pod start or removal.
+// inside a sweeper's registration, else inside the next pod start or
+// removal.
 func (p *plugin) leave(s stub.Stub) {
 	timeout := p.requestTimeout()
 	if !p.requests.leave(timeout) {
 		p.log.WithField("waited", timeout.String()).Warn("stopping: a request is still under way; closing the connection without its answer")
+	}
+	if p.sweepSocket != "" {
+		err := sweep(p.sweepSocket, p.sweepName, p.sweepIdx, s.Stop, 2*timeout)
+		if err == nil {
+			p.log.Info("stopping: closed the NRI connection while the runtime registered a sweeper, so it drops the plugin before it creates another container")
+			return
+		}
+		p.log.WithError(err).Warn("stopping: could not register a sweeper; closing inside the next pod event instead")
 	}
 	if closed, ok := p.requests.takeCloseOffer(p.leaveWait); ok {
 		s.Stop()

@@ -89,9 +89,14 @@ type plugin struct {
 	// requests counts the NRI requests under way, so that the plugin
 	// leaves without losing an answer (leave.go).
 	requests requestGate
-	// leaveWait bounds how long a stopping plugin waits for a pod event
-	// to close its connection in (leave.go); shortened in tests.
+	// leaveWait bounds how long a stopping plugin whose sweeper could not
+	// register waits for a pod event to close its connection in
+	// (leave.go); shortened in tests.
 	leaveWait time.Duration
+	// sweepSocket is the NRI socket a stopping plugin registers its
+	// sweeper on, as sweepName-leaving at index sweepIdx (leave.go); ""
+	// for none.
+	sweepSocket, sweepName, sweepIdx string
 	// lastGoodPath (--last-good-config, lastgood.go) and events
 	// (--kubernetes-events, events.go): both off when zero.
 	lastGoodPath string

@@ -356,6 +356,12 @@ func (r *soakRun) judge(ctr soakContainer) {
 	t, c := r.t, r.c
 	keys := sortedKeys(nodeDefaults)
 	got, err := c.readSysctlsErr(ctr.id, keys...)
+	// containerd may be restarting (one of the faults): read again once
+	// it answers.
+	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		got, err = c.readSysctlsErr(ctr.id, keys...)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -456,8 +462,9 @@ func inParallel[T any](items []T, do func(T)) {
 // sigtermBefore tells whether a SIGTERM of the plugin came during ctr's
 // creation or up to soakLeaveWindow before it: a stopping plugin keeps its
 // connection, refusing new containers, until its requests under way have
-// answered (the request timeout, 2 s) and a pod starts or goes (at most
-// leaveWait, 4 s; plugin/leave.go).
+// answered (the request timeout, 2 s) and its sweeper is registered, or,
+// failing that, a pod starts or goes (at most leaveWait, 4 s;
+// plugin/leave.go).
 func (r *soakRun) sigtermBefore(ctr soakContainer) bool {
 	for _, f := range r.faults {
 		if f.kind == "sigterm" && !f.at.Before(ctr.createStart.Add(-soakLeaveWindow)) && !f.at.After(ctr.createEnd.Add(100*time.Millisecond)) {
