@@ -1,3 +1,5 @@
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # nri-sysctl
 # The one version (the file VERSION, semver), and its form for each format
 # (hack/version): make VERSION=0.3.0-rc.1 ... recomputes them all.
@@ -11,7 +13,7 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 BIN       := bin/nri-sysctl
 GO        ?= go
-GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+GOFLAGS_BUILD := -trimpath -buildvcs=false -ldflags "-s -w -X main.version=$(VERSION)"
 
 # Architectures (docs/image-and-architectures.md). make build GOARCH=arm64
 # cross-builds; the host's binary is bin/nri-sysctl (what install, e2e, the
@@ -40,8 +42,13 @@ comma := ,
 CACHE     ?= /var/cache/nri-sysctl-e2e
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-lint
+# cyclonedx-gomod: the SBOM generator (and licence detection) for the
+# notices, built the same way.
+CYCLONEDX_GOMOD_VERSION ?= v1.10.0
+CYCLONEDX_GOMOD := $(CACHE)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/bin/cyclonedx-gomod
 
-.PHONY: packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+
+.PHONY: notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
@@ -94,7 +101,8 @@ chart:
 		$(HELM) package $(CHART_DIR) --version "$$v" --app-version "$$v" --destination $(CHART_OUT); \
 	rc=$$?; rm -rf "$$home"; exit $$rc
 
-## packages: .deb and .rpm packages for amd64 and arm64 in bin/packages
+## packages: .deb and .rpm packages for amd64 and arm64 in bin/packages, with
+## the CycloneDX SBOM of each architecture's binary beside them
 ## (DEB_VERSION, RPM_VERSION; docs/packages.md), built with nfpm by
 ## hack/packages, a module of its own. The binaries are built here, one per
 ## architecture (bin/<arch>/nri-sysctl). PACKAGE_ARCHES and PACKAGE_FORMATS
@@ -108,9 +116,11 @@ PACKAGE_CONFIG  ?=
 # File times and the changelog date: the commit's time, so that the same
 # tree gives the same packages.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-packages:
+packages: notices-make
 	$(HOST_GO) run ./hack/version -version '$(VERSION)' semver >/dev/null
-	rm -f $(PACKAGES_DIR)/nri-sysctl_*.deb $(PACKAGES_DIR)/nri-sysctl-*.rpm
+	rm -f $(PACKAGES_DIR)/nri-sysctl_*.deb $(PACKAGES_DIR)/nri-sysctl-*.rpm $(PACKAGES_DIR)/nri-sysctl-linux-*.cdx.json
+	mkdir -p $(PACKAGES_DIR)
+	cp bin/sbom/nri-sysctl-linux-*.cdx.json $(PACKAGES_DIR)/
 	@for arch in $(PACKAGE_ARCHES); do \
 		echo "CGO_ENABLED=0 GOARCH=$$arch go build -o $(PACKAGE_BIN_DIR)/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl"; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl || exit 1; \
@@ -127,8 +137,34 @@ packages:
 packages-lint: packages
 	hack/packages/lint.sh $(PACKAGES_DIR)
 
-## test: unit tests (with the race detector), go vet, golangci-lint and the gofmt check.
-test: fmt-check vet lint unit
+## test: unit tests (with the race detector), go vet, golangci-lint, the gofmt check and the notices' licence check.
+test: fmt-check vet lint unit notices
+
+## notices: THIRD_PARTY_NOTICES, the licence of each Go module compiled
+## into the binary (from a CycloneDX SBOM per architecture, bin/sbom/) and
+## the texts they ship, made anew in bin/; fails on a licence unknown or
+## not allowed (hack/notices, its overrides in hack/notices/overrides.txt),
+## or when the committed file differs (go.mod changed: make notices-update).
+notices: notices-make
+	@cmp -s bin/THIRD_PARTY_NOTICES THIRD_PARTY_NOTICES || { echo "THIRD_PARTY_NOTICES is not what the build's modules give: run make notices-update and commit it" >&2; diff bin/THIRD_PARTY_NOTICES THIRD_PARTY_NOTICES | head -20 >&2; exit 1; }
+
+## notices-update: write THIRD_PARTY_NOTICES anew.
+notices-update: notices-make
+	cp bin/THIRD_PARTY_NOTICES THIRD_PARTY_NOTICES
+
+SBOM_ARCHES := amd64 arm64
+notices-make: $(CYCLONEDX_GOMOD) $(addprefix build-,$(SBOM_ARCHES))
+	mkdir -p bin/sbom
+	for arch in $(SBOM_ARCHES); do \
+		GOOS=linux GOARCH=$$arch CGO_ENABLED=0 $(CYCLONEDX_GOMOD) app -json -licenses -assert-licenses -std -noserial -notimestamp \
+			-output bin/sbom/nri-sysctl-linux-$$arch.cdx.json -main plugin/cmd/nri-sysctl . || exit 1; \
+	done
+	$(HOST_GO) run ./hack/notices -overrides hack/notices/overrides.txt -out bin/THIRD_PARTY_NOTICES \
+		$(foreach a,$(SBOM_ARCHES),bin/sbom/nri-sysctl-linux-$(a).cdx.json:$(call arch_bin,$(a)))
+
+$(CYCLONEDX_GOMOD):
+	mkdir -p $(dir $@)
+	cd / && GOBIN=$(abspath $(dir $@)) $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
 
 ## lint: golangci-lint (.golangci.yml), built on first use; also on hack/alerts.
 lint: $(GOLANGCI_LINT)
@@ -143,7 +179,7 @@ $(GOLANGCI_LINT):
 ## alerts and dashboard against plugin/testdata/metrics.txt, and
 ## hack/packages (the packages' contents).
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/testall/ ./test/chart/ ./test/internal/...
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/testall/ ./test/chart/ ./test/internal/... ./test/project/ ./hack/notices/
 	cd hack/image && $(GO) test -count=1 ./...
 	cd hack/alerts && $(GO) test -count=1 ./...
 	cd hack/packages && $(GO) test -count=1 ./...
@@ -273,6 +309,7 @@ install: build
 		install -D -m 0644 $$f $(DESTDIR)$(PREFIX)/share/nri-sysctl/containerd/$$(basename $$f) || exit 1; \
 	done
 	install -d $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl
+	install -m 0644 LICENSE THIRD_PARTY_NOTICES $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/
 	$(BIN) --help > $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/nri-sysctl.txt 2>&1
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/README.md
 	install -m 0644 CHANGELOG.md $(DESTDIR)$(PREFIX)/share/doc/nri-sysctl/CHANGELOG.md

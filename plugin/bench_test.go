@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -148,7 +151,7 @@ func BenchmarkMetricsDecided(b *testing.B) {
 	p := newBenchPlugin(b, "2.4.2")
 	m := p.newMetrics()
 	rec := p.record(benchPodSandbox("p0"))
-	d, _, ok := p.decideForPod(context.Background(), rec, benchPodSandbox("p0"), nil)
+	d, _, ok := p.decideForPod(context.Background(), rec, nil)
 	if !ok || len(d.Apply) != 15 || len(d.Skipped) != 1 {
 		b.Fatalf("decision %+v: want 15 applied, 1 skipped", d)
 	}

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -17,12 +20,12 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 	"github.com/sirupsen/logrus"
 )
 
@@ -260,7 +263,7 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 		for ci, cfg := range []string{concCfgA, concCfgB} {
 			f := &concFetcher{calls: map[string]int{}, inFlight: map[string]int{}}
 			q := newConcPlugin(t, runtimeVersion, f, io.Discard)
-			q.setConfig(mustParse(t, cfg))
+			q.setConfig(fixture.MustParse(t, cfg))
 			var wrote []string
 			q.writeNamespaces = func(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
 				wrote = append(wrote, canonicalWrite(list))
@@ -401,7 +404,8 @@ func testConcurrentHandlers(t *testing.T, mode, runtimeVersion string) {
 			for l := 0; l < lifetimes; l++ {
 				life := &concLife{slot: s, pod: concPod(s, l)}
 				writesMu.Lock()
-				podByIPC[namespaceTarget(life.pod)[sysctl.IPC].Pid] = life.pod.Id
+				_, target := readSandbox(life.pod, true)
+				podByIPC[target[sysctl.IPC].Pid] = life.pod.Id
 				writesMu.Unlock()
 				livesMu.Lock()
 				lives = append(lives, life)
@@ -588,13 +592,4 @@ func nonNil(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
-}
-
-func mustParse(t *testing.T, text string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("test config", []byte(text), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }

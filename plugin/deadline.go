@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -6,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 )
@@ -21,7 +23,7 @@ var errLookupRefused = errors.New("nri-sysctl: cannot tell this pod's own sysctl
 // (answerInTime): a decision still running then is answered as
 // outcome.TimedOut. With onLookupError: fail, a container whose pod could
 // not be looked up or decided for in time is refused instead.
-func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodSandbox, decide func(context.Context) containerResult) containerResult {
+func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, decide func(context.Context) containerResult) containerResult {
 	var d containerResult
 	if rec.decidesAtOnce() {
 		// Nothing left that waits on I/O: the decision is pure and
@@ -29,13 +31,13 @@ func (p *plugin) decideInTime(ctx context.Context, rec *podRecord, pod *api.PodS
 		d = decide(ctx)
 	} else {
 		d = answerInTime(ctx, p, decide, func() containerResult {
-			p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("no decision within the runtime's request deadline: answering without one")
+			p.recordLog(rec).WithField("deadline", p.requestTimeout()).Warn("no decision within the runtime's request deadline: answering without one")
 			return containerResult{outcome: outcome.TimedOut}
 		})
 	}
 	if d.err == nil && d.outcome.Undecided() && rec.cfg.cfg.OnLookupError == config.OnLookupErrorFail {
-		p.podLog(pod).WithField("outcome", d.outcome.String()).Warn("onLookupError: fail, refusing the container so that it is retried")
-		d.err = fmt.Errorf("pod %s: %w", podName(pod), errLookupRefused)
+		p.recordLog(rec).WithField("outcome", d.outcome.String()).Warn("onLookupError: fail, refusing the container so that it is retried")
+		d.err = fmt.Errorf("pod %s: %w", rec.name(), errLookupRefused)
 	}
 	return d
 }

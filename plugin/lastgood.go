@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -59,7 +62,7 @@ func (p *plugin) keepAsLastGood(cfg *config.Config) {
 func (p *plugin) startOnLastGood(file string, rejected error) error {
 	cfg, err := p.loadLastGood(rejected)
 	if err != nil {
-		p.events.warn(reasonConfigRejected, "config rejected at start, refusing to start: "+err.Error())
+		p.events.Warn(reasonConfigRejected, "config rejected at start, refusing to start: "+err.Error())
 		return err
 	}
 	// applyConfig started metrics, if any: count the rejection there.
@@ -71,7 +74,7 @@ func (p *plugin) startOnLastGood(file string, rejected error) error {
 		"defaults":  len(cfg.Sysctls),
 		"rules":     len(cfg.Rules),
 	}).Error("config file rejected; running on the last good config kept on the node until the file is fixed")
-	p.events.warn(reasonLastGoodConfig, fmt.Sprintf("config rejected at start, running on the last good config (sha256 %s): %v", config.ShortHash(cfg.TextSHA256), rejected))
+	p.events.Warn(reasonLastGoodConfig, fmt.Sprintf("config rejected at start, running on the last good config (sha256 %s): %v", config.ShortHash(cfg.TextSHA256), rejected))
 	return nil
 }
 

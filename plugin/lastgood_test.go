@@ -1,7 +1,9 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,8 +182,8 @@ func TestStartOnLastGoodSaysSo(t *testing.T) {
 	if err := os.WriteFile(lastGood, []byte(goodText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := newFakeEventsServer(t)
-	p.events = testRecorder(t, f, io.Discard)
+	events := &recordedEvents{}
+	p.events = events
 	hook := logtest.NewLocal(p.log)
 	file := trusteddir.WriteConfig(t, refusedText)
 	if _, err := p.loadInitialConfig(file, false); err != nil {
@@ -197,12 +199,15 @@ func TestStartOnLastGoodSaysSo(t *testing.T) {
 	if err, _ := e.Data[logrus.ErrorKey].(error); err == nil || !strings.Contains(err.Error(), file+`:3: sysctls.net.ipv4.tcp_keepalive_time: the kernel refuses "abc" (invalid argument)`) {
 		t.Errorf("log line's error %v: want the file, line and key", e.Data[logrus.ErrorKey])
 	}
-	posts := waitPosts(t, f, 1)
-	msg, _ := posts[0].body["message"].(string)
-	if posts[0].body["reason"] != reasonLastGoodConfig || posts[0].body["type"] != "Warning" ||
+	sent := events.sent()
+	if len(sent) != 1 {
+		t.Fatalf("sent %+v, want one Event", sent)
+	}
+	msg := sent[0].message
+	if sent[0].reason != reasonLastGoodConfig || sent[0].eventType != "Warning" ||
 		!strings.HasPrefix(msg, "config rejected at start, running on the last good config (sha256 "+config.ShortHash(config.TextSHA256([]byte(goodText)))+"): ") ||
 		!strings.Contains(msg, `net.ipv4.tcp_keepalive_time: the kernel refuses "abc"`) {
-		t.Errorf("Event reason %v message %q", posts[0].body["reason"], msg)
+		t.Errorf("Event %+v", sent[0])
 	}
 }
 
@@ -211,15 +216,14 @@ func TestStartOnLastGoodSaysSo(t *testing.T) {
 func TestStartWithoutUsableLastGood(t *testing.T) {
 	t.Run("first start: none kept yet", func(t *testing.T) {
 		p, lastGood, _ := lastGoodPlugin(t)
-		f := newFakeEventsServer(t)
-		p.events = testRecorder(t, f, io.Discard)
+		events := &recordedEvents{}
+		p.events = events
 		_, err := p.loadInitialConfig(trusteddir.WriteConfig(t, brokenText), false)
 		if err == nil || !strings.Contains(err.Error(), "vm.swappiness") || !strings.Contains(err.Error(), "no last good config kept in "+lastGood+" yet") {
 			t.Fatalf("err %v", err)
 		}
-		posts := waitPosts(t, f, 1)
-		if msg, _ := posts[0].body["message"].(string); posts[0].body["reason"] != reasonConfigRejected || !strings.HasPrefix(msg, "config rejected at start, refusing to start: ") {
-			t.Errorf("Event %v", posts[0].body)
+		if sent := events.sent(); len(sent) != 1 || sent[0].reason != reasonConfigRejected || !strings.HasPrefix(sent[0].message, "config rejected at start, refusing to start: ") {
+			t.Errorf("sent %+v, want one ConfigRejected Event", sent)
 		}
 	})
 	t.Run("the kept config is rejected too", func(t *testing.T) {

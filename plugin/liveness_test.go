@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 	"github.com/sirupsen/logrus"
 )
 
@@ -25,7 +29,7 @@ func newLivenessTestPlugin(t *testing.T, stuck time.Duration) (*plugin, string) 
 	p.live.stuckAfter = stuck
 	p.metricsListener.flag = "127.0.0.1:0"
 	t.Cleanup(p.metricsListener.close)
-	if err := p.applyConfig(mustParse(t, testConfig)); err != nil {
+	if err := p.applyConfig(fixture.MustParse(t, testConfig)); err != nil {
 		t.Fatal(err)
 	}
 	return p, "http://" + p.metricsListener.bound

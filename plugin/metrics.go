@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -221,8 +224,9 @@ type meteredFetcher struct {
 	m *metrics
 }
 
-func (f meteredFetcher) answers(ctx context.Context) (bool, string) {
-	return lookupAnswers(ctx, f.Fetcher)
+// Answers passes on whether the metered lookup's containerd answers.
+func (f meteredFetcher) Answers(ctx context.Context) (bool, string) {
+	return podsysctl.Answers(ctx, f.Fetcher)
 }
 
 func (f meteredFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -26,6 +29,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 )
@@ -286,7 +290,7 @@ func TestHealthz(t *testing.T) {
 	p.metricsListener.flag = "127.0.0.1:0"
 	t.Cleanup(p.metricsListener.close)
 	p.connect = func(*config.Config) (podsysctl.Fetcher, error) { return &fakeFetcher{}, nil }
-	if err := p.applyConfig(mustParse(t, testConfig)); err != nil {
+	if err := p.applyConfig(fixture.MustParse(t, testConfig)); err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + p.metricsListener.bound

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 // In-process NRI tests: the real plugin, started as serveOnce starts it,
@@ -26,20 +29,16 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/proto"
 )
 
 const nriWait = 10 * time.Second
 
-const nriDefaults = `
-sysctls:
-  net.ipv4.tcp_keepalive_time: 600
-  net.ipv4.tcp_keepalive_intvl: 60
-  kernel.msgmax: 16384
-exclude:
-  namespaces: [kube-system]
-`
+// nriDefaults: three defaults (two net keys, one IPC key), kube-system
+// excluded.
+const nriDefaults = fixture.Config
 
 // nriRuntime is a container runtime as NRI sees it: NRI's adaptation with
 // the pods and containers the runtime knows, which it hands to each plugin

@@ -1,9 +1,13 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
 	"fmt"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 )
 
@@ -14,7 +18,7 @@ const (
 )
 
 // NotReadyTaint is the taint --remove-taint removes, as key:effect.
-const NotReadyTaint = notReadyTaintKey + ":" + notReadyTaintEffect
+const NotReadyTaint = kubeapi.NotReadyTaint
 
 // Options are what the plugin runs with (Run): the command line's flags.
 type Options struct {

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -10,14 +13,6 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
 )
-
-// appliedOrNothing is the outcome of a container that got what it was given.
-func appliedOrNothing(applied []sysctl.Sysctl) outcome.Outcome {
-	if len(applied) > 0 {
-		return outcome.Applied
-	}
-	return outcome.NothingToApply
-}
 
 // containerResult is what CreateContainer found for one container: finish turns it
 // into the annotations, the counts and the log line, so the three agree.
@@ -36,7 +31,7 @@ type containerResult struct {
 }
 
 // finish annotates the container with its outcome, counts it and logs it.
-func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResult) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *plugin) finish(rec *podRecord, ctr *api.Container, d containerResult) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	m := p.meter.Load()
 	if d.err != nil {
 		m.containerOutcome(d.outcome)
@@ -56,17 +51,22 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 		adj.AddAnnotation(outcome.AnnotationSkipped, skipped)
 	}
 	adj.AddAnnotation(outcome.AnnotationOutcome, d.outcome.String())
+	if p.log.IsLevelEnabled(logrus.DebugLevel) { // the fields allocate
+		p.logDecision(rec, ctr, d, skipped)
+	}
 	// Only a container that was decided for counts its keys: an excluded
 	// one, or one whose pod could not be looked up, was given none.
 	if d.outcome.Decided() {
-		m.decided(pod.GetId(), d.outcome, d.applied, d.skipped)
+		m.decided(rec.id, d.outcome, d.applied, d.skipped)
 	} else {
 		m.containerOutcome(d.outcome)
 	}
-	if !p.log.IsLevelEnabled(logrus.DebugLevel) {
-		return adj, nil, nil // the fields below allocate
-	}
-	log := p.podLog(pod).WithField("container", ctr.GetName())
+	return adj, nil, nil
+}
+
+// logDecision logs, at debug level, what a container was given and why.
+func (p *plugin) logDecision(rec *podRecord, ctr *api.Container, d containerResult, skipped string) {
+	log := p.recordLog(rec).WithField("container", ctr.GetName())
 	switch {
 	case d.outcome.Decided():
 		log.WithFields(logrus.Fields{"applied": formatApplied(d.applied), "skipped": skipped, "outcome": d.outcome.String()}).Debug("decision")
@@ -75,7 +75,6 @@ func (p *plugin) finish(pod *api.PodSandbox, ctr *api.Container, d containerResu
 		log.WithFields(logrus.Fields{"outcome": d.outcome.String(), "reason": d.excludedBy}).Debug("decision")
 	}
 	// An undecided one: ownSysctls or decideInTime logged why.
-	return adj, nil, nil
 }
 
 // logSkippedKeys logs, at debug level, one line per key a container did not
@@ -166,7 +165,8 @@ func lackingDefaults(pol *policy.Policy, pods map[string]*api.PodSandbox, ctrs [
 		}
 		// Without the pod's own sysctls (not looked up here) this is an
 		// upper bound: a pod that sets every key itself lacks nothing.
-		if d := pol.Decide(policy.Input{Pod: podInfo(pod)}); d.Excluded == "" && len(d.Apply) > 0 {
+		info, _ := readSandbox(pod, false)
+		if d := pol.Decide(policy.Input{Pod: info}); d.Excluded == "" && len(d.Apply) > 0 {
 			out = append(out, c)
 		}
 	}

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package plugin is nri-sysctl's NRI plugin: the handlers the runtime
 // calls, a pod's record, the decision's inputs, namespace mode, what a
 // container is told and counted, reloads and metrics. Run serves it;
@@ -15,9 +18,10 @@ import (
 )
 
 // The NRI handlers, in the order the runtime calls them. The plugin's state
-// is in state.go, a pod's record in record.go, the decision's inputs in
-// pod.go, the mode in mode.go, namespace mode's writes in nsmode.go, and
-// what a container is told and counted in outcome.go.
+// is in state.go, a pod's record (what the plugin read of the pod, and what
+// it wrote) in record.go, the decision's steps in call order in decide.go,
+// the mode in mode.go, and what a container is told and counted in
+// outcome.go.
 
 // Configure takes the config text containerd passes to a pre-installed
 // plugin, and picks how sysctls reach pods on this runtime. A mode that
@@ -83,18 +87,18 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	}
 	defer p.requests.done()
 	rec := p.record(pod)
-	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(podInfo(pod)) != "" {
+	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(rec.pod) != "" {
 		return nil
 	}
 	if rec.cfg.mode != runtimemode.Namespace {
-		go p.prefetch(rec, pod)
+		go p.prefetch(rec)
 		return nil
 	}
 	return answerInTime(ctx, p, func(ctx context.Context) error {
-		return p.writePodSandbox(ctx, rec, pod)
+		return p.writePodSandbox(ctx, rec)
 	}, func() error {
 		// Its first container heals what the pod still lacks.
-		p.podLog(pod).WithField("deadline", p.requestTimeout()).Warn("could not write into the pod's namespaces within the runtime's request deadline: its first container gets them")
+		p.recordLog(rec).WithField("deadline", p.requestTimeout()).Warn("could not write into the pod's namespaces within the runtime's request deadline: its first container gets them")
 		return nil
 	})
 }
@@ -112,10 +116,10 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
 	}
-	d := p.decideInTime(ctx, rec, pod, func(ctx context.Context) containerResult {
-		return p.decideContainer(ctx, rec, pod, ctr)
+	d := p.decideInTime(ctx, rec, func(ctx context.Context) containerResult {
+		return p.decideContainer(ctx, rec, ctr)
 	})
-	return p.finish(pod, ctr, d)
+	return p.finish(rec, ctr, d)
 }
 
 // RemovePodSandbox drops the pod's record.

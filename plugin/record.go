@@ -1,12 +1,18 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
@@ -19,6 +25,9 @@ import (
 // with what was written.
 type podRecord struct {
 	id string
+	// pod is the pod as the decision sees it, read from the sandbox when
+	// the record is made: a sandbox's attributes never change.
+	pod policy.Pod
 	// cfg is the config and mode in force when the pod was first seen: a
 	// reload or a new mode applies to pods created after it, never to
 	// part of a pod's containers.
@@ -39,6 +48,8 @@ type podRecord struct {
 	profilesReported bool
 
 	// Namespace mode only.
+	// target is where the pod's namespaces are (readSandbox).
+	target podns.Target
 	// sandboxPid is the pod's process as first seen, and sandboxPidfd a
 	// pidfd taken then (0 if none; closed when the record is dropped):
 	// every write through the pid checks it is still that process.
@@ -47,6 +58,53 @@ type podRecord struct {
 	writeErrs                []podns.WriteError // keys the last attempt failed on
 	writes                   writeState
 }
+
+// newPodRecord is the record of a pod first seen now, under cfg.
+func newPodRecord(cfg *loaded, pod *api.PodSandbox) *podRecord {
+	writes := cfg.mode == runtimemode.Namespace && !cfg.policy.Empty()
+	rec := &podRecord{cfg: cfg}
+	rec.pod, rec.target = readSandbox(pod, writes)
+	if writes {
+		rec.holdSandbox(int(pod.GetPid()))
+	}
+	return rec
+}
+
+// readSandbox is the pod as the decision sees it, and, withTarget, where
+// its namespaces are: by their path (the network one has it), or else
+// through the sandbox's pid. A namespace missing from the sandbox's own
+// list is the host's.
+func readSandbox(pod *api.PodSandbox, withTarget bool) (policy.Pod, podns.Target) {
+	info := policy.Pod{
+		Namespace:      pod.GetNamespace(),
+		Name:           pod.GetName(),
+		Labels:         pod.GetLabels(),
+		Annotations:    pod.GetAnnotations(),
+		RuntimeHandler: pod.GetRuntimeHandler(),
+	}
+	var target podns.Target
+	if withTarget {
+		target = podns.Target{}
+	}
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
+		if !ok {
+			continue
+		}
+		info.Own = info.Own.With(kind)
+		if withTarget {
+			ref := podns.NamespaceRef{Path: ns.GetPath()}
+			if ref.Path == "" {
+				ref.Pid = int(pod.GetPid())
+			}
+			target[kind] = ref
+		}
+	}
+	return info, target
+}
+
+// name is the pod's namespace/name, as errors name it.
+func (r *podRecord) name() string { return r.pod.Namespace + "/" + r.pod.Name }
 
 // writeState is where a namespace-mode pod stands.
 type writeState int
@@ -129,6 +187,27 @@ func (r *podRecord) decidesAtOnce() bool {
 	return r.lookedUp && (r.cfg.mode != runtimemode.Namespace || r.writes == writeDone)
 }
 
+// writeMissing writes what of apply the pod's namespaces do not hold yet
+// through write, into its namespaces held to the pod's first process
+// (anchoredTarget), and keeps what happened (recordWrite). It returns
+// what it attempted and what failed of it.
+func (r *podRecord) writeMissing(apply []sysctl.Sysctl, write func(podns.Target, []sysctl.Sysctl) []podns.WriteError) (attempted []sysctl.Sysctl, errs []podns.WriteError) {
+	r.mu.Lock()
+	for _, s := range apply {
+		if !hasKey(r.written, s.Key()) {
+			attempted = append(attempted, s)
+		}
+	}
+	r.mu.Unlock()
+	if len(attempted) > 0 {
+		target, release := r.anchoredTarget()
+		errs = write(target, attempted)
+		release()
+	}
+	r.recordWrite(attempted, errs)
+	return attempted, errs
+}
+
 // needsWrite tells whether namespace mode still owes the pod its sysctls.
 func (r *podRecord) needsWrite() bool {
 	r.mu.Lock()
@@ -177,12 +256,13 @@ func (r *podRecord) holdSandbox(pid int) {
 	}
 }
 
-// anchor makes target's pid-based namespaces those of the process first
-// seen (podns.Target.HeldBy): through a pidfd of its own (a dup of the
-// record's, closed by the returned function, so that a record dropped
+// anchoredTarget is the pod's namespaces, its pid-based ones held to the
+// process first seen (podns.Target.HeldBy): through a pidfd of its own (a
+// dup of the record's, closed by release, so that a record dropped
 // meanwhile cannot close it under the writer), and only while it is in
 // the pod's network namespace, target's own.
-func (r *podRecord) anchor(target podns.Target) (release func()) {
+func (r *podRecord) anchoredTarget() (target podns.Target, release func()) {
+	target = maps.Clone(r.target)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dup := -1
@@ -190,7 +270,7 @@ func (r *podRecord) anchor(target podns.Target) (release func()) {
 		dup, _ = unix.FcntlInt(uintptr(r.sandboxPidfd), unix.F_DUPFD_CLOEXEC, 0)
 	}
 	target.HeldBy(podns.Process{Pid: r.sandboxPid, Pidfd: dup, NetPath: target[sysctl.Net].Path})
-	return func() {
+	return target, func() {
 		if dup > 0 {
 			unix.Close(dup)
 		}

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -208,10 +211,10 @@ func (p *plugin) reload(path string) {
 	p.meter.Load().reloaded(err)
 	if err != nil {
 		p.log.WithError(err).WithField("file", path).Error("reload rejected, keeping the config in force")
-		p.events.warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, config.ShortHash(p.current.Load().cfg.TextSHA256)))
+		p.events.Warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, config.ShortHash(p.current.Load().cfg.TextSHA256)))
 		return
 	}
 	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
 	p.keepAsLastGood(cfg)
-	p.events.normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for pods created from now on", config.ShortHash(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles)))
+	p.events.Normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for pods created from now on", config.ShortHash(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles)))
 }

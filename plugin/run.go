@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -13,6 +16,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/nri-sysctl/nri-sysctl/pkg/backoff"
+	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/sirupsen/logrus"
 )
@@ -47,7 +53,7 @@ func Run(o Options, stderr io.Writer) int {
 	defer p.metricsListener.close()
 	p.lastGoodPath = o.LastGoodConfig
 	if o.KubernetesEvents {
-		events, stopEvents, err := startEvents(log, userAgent(o.Version))
+		events, stopEvents, err := kubeapi.StartEvents(log, userAgent(o.Version))
 		if err != nil {
 			log.WithError(err).Error("refusing to start")
 			return 1
@@ -59,9 +65,9 @@ func Run(o Options, stderr io.Writer) int {
 	if preinstalled {
 		parentPID = os.Getppid()
 	}
-	conns := newLookups(log, o.Containerd, parentPID)
-	defer conns.Close()
-	p.connect = conns.connect
+	pool := podsysctl.NewPool(log, parentPID)
+	defer pool.Close()
+	p.connect = connectWith(pool, o.Containerd)
 	rejected, err := p.loadInitialConfig(o.ConfigPath, preinstalled)
 	if err != nil {
 		log.WithError(err).Error("refusing to start")
@@ -84,7 +90,7 @@ func Run(o Options, stderr io.Writer) int {
 	}
 	go p.watchReloads(ctx, o.ConfigPath, reloads)
 	if o.RemoveTaint {
-		if err := startTaintRemoval(ctx, log, userAgent(o.Version), p.synchronized, readiness{check: p.lookupReady, interval: time.Second}); err != nil {
+		if err := kubeapi.StartTaintRemoval(ctx, log, userAgent(o.Version), p.synchronized, kubeapi.Readiness{Check: p.lookupReady, Interval: time.Second}); err != nil {
 			log.WithError(err).Error("refusing to start")
 			return 1
 		}
@@ -113,7 +119,7 @@ func Run(o Options, stderr io.Writer) int {
 			stub.WithPluginIdx(o.PluginIdx),
 			stub.WithSocketPath(o.NRISocket))
 	}
-	backoff := newBackoff(500*time.Millisecond, 30*time.Second)
+	retry := backoff.New(500*time.Millisecond, 30*time.Second)
 	for {
 		registered, err := serveOnce(ctx, p, stubOpts)
 		if ctx.Err() != nil {
@@ -126,9 +132,9 @@ func Run(o Options, stderr io.Writer) int {
 			return 1
 		}
 		if registered {
-			backoff.reset()
+			retry.Reset()
 		}
-		wait := backoff.next()
+		wait := retry.Next()
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("NRI connection ended; reconnecting")
 		select {
 		case <-ctx.Done():
@@ -214,23 +220,4 @@ func notifyReady(log *logrus.Logger) {
 	case sent:
 		log.Debug("sent READY=1 to systemd")
 	}
-}
-
-// backoff doubles the wait after each failed attempt, up to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func newBackoff(first, limit time.Duration) *backoff { return &backoff{min: first, max: limit} }
-
-func (b *backoff) reset() { b.cur = 0 }
-
-func (b *backoff) next() time.Duration {
-	switch {
-	case b.cur == 0:
-		b.cur = b.min
-	case b.cur < b.max:
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
 }

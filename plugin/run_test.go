@@ -1,32 +1,17 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 )
-
-func TestBackoff(t *testing.T) {
-	b := newBackoff(500*time.Millisecond, 2*time.Second)
-	var got []time.Duration
-	for i := 0; i < 5; i++ {
-		got = append(got, b.next())
-	}
-	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("backoff = %v, want %v", got, want)
-	}
-	b.reset()
-	if d := b.next(); d != 500*time.Millisecond {
-		t.Fatalf("after reset: %v", d)
-	}
-}
 
 func TestPluginRefusesToStartOnBadConfig(t *testing.T) {
 	path := trusteddir.WriteConfig(t, "sysctls:\n  vm.swappiness: 1\n")

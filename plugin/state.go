@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -42,16 +45,15 @@ type loaded struct {
 // in this order; the others are leaves, held for a few lines):
 //
 //  1. applying: while a config or mode is put in force.
-//  2. lookups.mu (containerd.go), under applying when a config names a
-//     containerd not yet connected; then containerdConn.mu for its first
-//     check, in a goroutine of its own.
+//  2. podsysctl.Pool's lock, under applying when a config names a
+//     containerd not yet connected (its own locks are its business).
 //  3. metricsListener.mu (metrics.go), under applying when a config moves
 //     the metrics address.
 //
 // Per pod: a record's lookupSlot (a one-slot channel, held by the lookup
 // in flight) before its mu; podRecords.mu before a new record's mu, which
 // no one else holds yet (record.go). Leaves: requestGate.mu (leave.go),
-// discoveredLookup.mu, lackingContainers.mu and the meter's own.
+// lackingContainers.mu and the meter's own.
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
@@ -98,9 +100,10 @@ type plugin struct {
 	// for none.
 	sweepSocket, sweepName, sweepIdx string
 	// lastGoodPath (--last-good-config, lastgood.go) and events
-	// (--kubernetes-events, events.go): both off when zero.
+	// (--kubernetes-events, events.go): lastGoodPath off when empty, events
+	// noEvents unless set.
 	lastGoodPath string
-	events       *eventRecorder
+	events       eventSink
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
@@ -114,6 +117,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		records:         newPodRecords(),
 		writeNamespaces: podns.Write,
 		synchronized:    make(chan struct{}),
+		events:          noEvents{},
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
 		live:            liveness{stuckAfter: stuckAfter},
 		leaveWait:       leaveWait,
@@ -141,30 +145,36 @@ func (noLookup) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
 	return podsysctl.PodSysctls{}, errors.New("no containerd connection configured")
 }
 
-func (noLookup) answers(context.Context) (bool, string) {
+// Answers: no containerd to look pods up in is not ready.
+func (noLookup) Answers(context.Context) (bool, string) {
 	return false, "containerd: no connection configured to look pods up"
 }
 
 // lookupReady tells whether containerd answers on the lookup in force.
 func (p *plugin) lookupReady(ctx context.Context) (bool, string) {
-	return lookupAnswers(ctx, p.current.Load().lookup)
+	return podsysctl.Answers(ctx, p.current.Load().lookup)
 }
 
 // record returns the pod's record, made with the config and mode in force
 // when the pod is first seen.
 func (p *plugin) record(pod *api.PodSandbox) *podRecord {
 	return p.records.get(pod.GetId(), func() *podRecord {
-		rec := &podRecord{cfg: p.current.Load()}
-		if rec.cfg.mode == runtimemode.Namespace && !rec.cfg.policy.Empty() {
-			rec.holdSandbox(int(pod.GetPid()))
-		}
-		return rec
+		return newPodRecord(p.current.Load(), pod)
 	})
 }
 
 // podLog carries the pod's identity on every line about it.
 func (p *plugin) podLog(pod *api.PodSandbox) *logrus.Entry {
 	return p.log.WithFields(logrus.Fields{"pod": pod.GetName(), "namespace": pod.GetNamespace()})
+}
+
+// recordLog is podLog for a pod known by its record. Kept out of line:
+// inlined, its fields would grow the frame of every caller on the create
+// path, and with it the stacks of the goroutines a new pod starts.
+//
+//go:noinline
+func (p *plugin) recordLog(rec *podRecord) *logrus.Entry {
+	return p.log.WithFields(logrus.Fields{"pod": rec.pod.Name, "namespace": rec.pod.Namespace})
 }
 
 // requestTimeout is how long the runtime waits for the plugin's answer.

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package plugin
 
 import (
@@ -15,7 +18,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 	"github.com/sirupsen/logrus"
 )
 
@@ -91,7 +94,7 @@ func TestUserNamespaceRefusalsFollowTheWriter(t *testing.T) {
 func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
 	p := newProbingPlugin()
 	fakeUserNamespaceProbe(t, fixture.ProbedOn618)
-	if err := p.applyConfig(mustParse(t, usernsConfig)); err != nil {
+	if err := p.applyConfig(fixture.MustParse(t, usernsConfig)); err != nil {
 		t.Fatal(err)
 	}
 	want := policy.UserNamespaceRefusals{
@@ -105,7 +108,7 @@ func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
 	probeErr := errors.New("the helper did not finish within 5s")
 	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) { return nil, probeErr })
 	// The same keys, fewer: the last result still covers them.
-	fewer := mustParse(t, "sysctls:\n  kernel.domainname: other\n  kernel.msgmax: 8192\n")
+	fewer := fixture.MustParse(t, "sysctls:\n  kernel.domainname: other\n  kernel.msgmax: 8192\n")
 	if err := p.applyConfig(fewer); err != nil {
 		t.Fatalf("a reload whose keys were probed before: %v", err)
 	}
@@ -113,7 +116,7 @@ func TestApplyConfigKeepsProbeResultWhenProbeFails(t *testing.T) {
 		t.Fatalf("in force: %v with %v; want the reload with the last result", cur.cfg.Sysctls, cur.refused)
 	}
 	// A key never probed: the reload is rejected, the config stays.
-	newKey := mustParse(t, usernsConfig+"  net.core.somaxconn: 4096\n")
+	newKey := fixture.MustParse(t, usernsConfig+"  net.core.somaxconn: 4096\n")
 	err := p.applyConfig(newKey)
 	if err == nil || !errors.Is(err, probeErr) || !strings.HasPrefix(err.Error(), "cannot tell which sysctls user-namespace pods may set: ") {
 		t.Fatalf("a reload with an unprobed key: err = %v", err)
@@ -129,7 +132,7 @@ func TestApplyConfigFailsWithoutAnyProbeResult(t *testing.T) {
 	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) {
 		return nil, errors.New("helper: signal: killed")
 	})
-	if err := p.applyConfig(mustParse(t, usernsConfig)); err == nil {
+	if err := p.applyConfig(fixture.MustParse(t, usernsConfig)); err == nil {
 		t.Fatal("config put in force without knowing what user-namespace pods may set")
 	}
 }
@@ -141,7 +144,7 @@ func TestApplyConfigUserNamespacesDisabled(t *testing.T) {
 	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) {
 		return nil, fmt.Errorf("%w: starting the helper: fork/exec /proc/self/exe: no space left on device", probe.ErrUserNamespacesDisabled)
 	})
-	cfg := mustParse(t, usernsConfig)
+	cfg := fixture.MustParse(t, usernsConfig)
 	if err := p.applyConfig(cfg); err != nil {
 		t.Fatal(err)
 	}

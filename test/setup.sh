@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Prepare this machine for the nri-sysctl end-to-end tests (test/e2e).
 #
 # Usage: test/setup.sh [--k8s] [--kubelet] [--demo] [CONTAINERD_VERSION...]      (default: v2.4.2)

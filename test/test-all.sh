@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # make test-all: the make targets in FIRST, then those in LAST, in order,
 # with Kubernetes and etcd (what make e2e-k8s needs, test/setup.sh
 # --k8s-only) building in the background from the start at the lowest CPU

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package alerts checks the Helm chart's PrometheusRule and Grafana
 // dashboard against the plugin's metrics: every expression is parsed with
 // Prometheus's own PromQL parser, and every metric, label and label value

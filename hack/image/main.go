@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command image builds the nri-sysctl container image offline, as an OCI
 // image layout archive that `ctr -n k8s.io images import` takes: one image
 // index naming an image per architecture, each one layer holding that
@@ -38,6 +41,14 @@ import (
 
 // entrypoint is where the binary lives in the image.
 const entrypoint = "/nri-sysctl"
+
+// docDir is where the image holds the licence and the third-party
+// notices, as the packages do.
+const docDir = "usr/share/doc/nri-sysctl"
+
+// defaultDocs are the files put in docDir, relative to hack/image: the
+// licence and the notices of the modules compiled in (make notices).
+var defaultDocs = []string{"../../LICENSE", "../../THIRD_PARTY_NOTICES"}
 
 // elfMachines is the ELF machine of each architecture the image is built
 // for: a binary is refused under an architecture it was not built for.
@@ -84,7 +95,7 @@ func main() {
 	out := flag.String("out", "bin/nri-sysctl-image.tar", "OCI image layout archive to write")
 	flag.Parse()
 	platforms := bins.binaries()
-	if err := build(platforms, *name, *out); err != nil {
+	if err := build(platforms, defaultDocs, *name, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -95,8 +106,12 @@ func main() {
 	fmt.Printf("%s: %s (%s)\n", *out, *name, strings.Join(archs, ", "))
 }
 
-func build(binaries []platformBinary, name, out string) error {
+func build(binaries []platformBinary, docPaths []string, name, out string) error {
 	tag, err := tagOf(name)
+	if err != nil {
+		return err
+	}
+	docs, err := readDocs(docPaths)
 	if err != nil {
 		return err
 	}
@@ -110,7 +125,7 @@ func build(binaries []platformBinary, name, out string) error {
 			return fmt.Errorf("-binary %s=%s: architecture %s given twice", b.arch, b.path, b.arch)
 		}
 		seen = append(seen, b.arch)
-		img, err := platformImage(b, tag)
+		img, err := platformImage(b, docs, tag)
 		if err != nil {
 			return err
 		}
@@ -127,7 +142,7 @@ func build(binaries []platformBinary, name, out string) error {
 }
 
 // platformImage checks one architecture's binary and builds its image.
-func platformImage(b platformBinary, tag string) (v1.Image, error) {
+func platformImage(b platformBinary, docs []docFile, tag string) (v1.Image, error) {
 	if err := checkBinary(b); err != nil {
 		return nil, err
 	}
@@ -135,7 +150,7 @@ func platformImage(b platformBinary, tag string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return image(bin, tag, b.arch)
+	return image(bin, docs, tag, b.arch)
 }
 
 // tagOf refuses a name without a tag: containerd would name the image
@@ -181,10 +196,47 @@ func checkStatic(path string, f *elf.File) error {
 	return nil
 }
 
-// layerTar is the layer: the binary alone, root's, mode 0755, at time 0.
-func layerTar(bin []byte) ([]byte, error) {
+// docFile is a file the image holds in docDir.
+type docFile struct {
+	name string
+	data []byte
+}
+
+func readDocs(paths []string) ([]docFile, error) {
+	docs := make([]docFile, 0, len(paths))
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, docFile{name: filepath.Base(p), data: data})
+	}
+	return docs, nil
+}
+
+// layerTar is the layer: docDir's parents and docs (mode 0644), then the
+// binary (mode 0755), all root's, at time 0.
+func layerTar(bin []byte, docs []docFile) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	if len(docs) > 0 {
+		parts := strings.Split(docDir, "/")
+		for i := range parts {
+			dir := &tar.Header{Typeflag: tar.TypeDir, Name: strings.Join(parts[:i+1], "/") + "/", Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+			if err := tw.WriteHeader(dir); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, d := range docs {
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: docDir + "/" + d.name, Mode: 0o644, Size: int64(len(d.data)), ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(d.data); err != nil {
+			return nil, err
+		}
+	}
 	hdr := &tar.Header{
 		Typeflag: tar.TypeReg,
 		Name:     strings.TrimPrefix(entrypoint, "/"),
@@ -205,8 +257,8 @@ func layerTar(bin []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func image(bin []byte, tag, arch string) (v1.Image, error) {
-	data, err := layerTar(bin)
+func image(bin []byte, docs []docFile, tag, arch string) (v1.Image, error) {
+	data, err := layerTar(bin, docs)
 	if err != nil {
 		return nil, err
 	}

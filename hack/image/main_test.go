@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -53,14 +56,14 @@ func twoPlatforms(t *testing.T) []platformBinary {
 func TestBuildImageIndex(t *testing.T) {
 	bins := twoPlatforms(t)
 	out := filepath.Join(t.TempDir(), "image.tar")
-	if err := build(bins, "localhost/nri-sysctl:1.2.3", out); err != nil {
+	if err := build(bins, defaultDocs, "localhost/nri-sysctl:1.2.3", out); err != nil {
 		t.Fatal(err)
 	}
 	checkArchive(t, out, "localhost/nri-sysctl:1.2.3", bins)
 
 	// The same input gives the same archive.
 	again := filepath.Join(t.TempDir(), "again.tar")
-	if err := build(bins, "localhost/nri-sysctl:1.2.3", again); err != nil {
+	if err := build(bins, defaultDocs, "localhost/nri-sysctl:1.2.3", again); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out)
@@ -255,6 +258,13 @@ func checkManifest(t *testing.T, files map[string][]byte, m descriptor, b platfo
 		}
 		names = append(names, hdr.Name)
 		data, _ := io.ReadAll(tr)
+		if doc, ok := strings.CutPrefix(hdr.Name, docDir+"/"); ok && doc != "" {
+			want, err := os.ReadFile("../../" + doc)
+			if err != nil || !bytes.Equal(data, want) || hdr.Mode != 0o644 {
+				t.Errorf("linux/%s: %s in the layer: mode %o, %d bytes; want 0644 and the repository's %s (%v)", b.arch, hdr.Name, hdr.Mode, len(data), doc, err)
+			}
+			continue
+		}
 		if hdr.Name != "nri-sysctl" {
 			continue
 		}
@@ -270,8 +280,9 @@ func checkManifest(t *testing.T, files map[string][]byte, m descriptor, b platfo
 			t.Errorf("linux/%s: nri-sysctl in the layer is a %s binary, want %s", b.arch, f.Machine, elfMachines[b.arch])
 		}
 	}
-	if !reflect.DeepEqual(names, []string{"nri-sysctl"}) {
-		t.Errorf("linux/%s: layer holds %v, want the binary alone", b.arch, names)
+	wantNames := []string{"usr/", "usr/share/", "usr/share/doc/", "usr/share/doc/nri-sysctl/", docDir + "/LICENSE", docDir + "/THIRD_PARTY_NOTICES", "nri-sysctl"}
+	if !reflect.DeepEqual(names, wantNames) {
+		t.Errorf("linux/%s: layer holds %v, want %v: the binary, the licence and the notices", b.arch, names, wantNames)
 	}
 }
 
@@ -291,7 +302,7 @@ func TestBuildImageRefuses(t *testing.T) {
 		{"localhost/nri-sysctl:x", "architecture amd64 given twice", []platformBinary{{"amd64", amd64}, {"amd64", amd64}}},
 		{"localhost/nri-sysctl:x", "no -binary", nil},
 	} {
-		if err := build(c.bins, c.name, out); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := build(c.bins, defaultDocs, c.name, out); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %v: %v, want an error with %q", c.name, c.bins, err, c.want)
 		}
 	}

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -138,7 +141,7 @@ func buildOne(o options, format, arch string) (string, error) {
 		Vendor:        "nri-sysctl",
 		Homepage:      homepage,
 		Description:   description,
-		License:       "unspecified",
+		License:       "Apache-2.0",
 		MTime:         o.mtime,
 		Overridables: nfpm.Overridables{
 			Contents: contents,

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -62,6 +65,9 @@ func layout(repo, format, version string) ([]packageFile, error) {
 		{src: madeCopyright, made: true, dst: docDir + "/copyright", mode: 0o644, only: "deb"},
 		{src: madeChangelog, made: true, dst: docDir + "/" + debianChangelogName(version), mode: 0o644, only: "deb"},
 		{src: madeManPage, made: true, dst: "/usr/share/man/man8/nri-sysctl.8.gz", mode: 0o644},
+		{src: "THIRD_PARTY_NOTICES", dst: docDir + "/THIRD_PARTY_NOTICES", mode: 0o644, doc: true},
+		// Debian's copyright refers to the system's copy of the licence.
+		{src: "LICENSE", dst: docDir + "/LICENSE", mode: 0o644, doc: true, only: "rpm"},
 		{src: "hack/packages/files/lintian-overrides", dst: "/usr/share/lintian/overrides/nri-sysctl", mode: 0o644, only: "deb"},
 	}
 	dropIns, err := filepath.Glob(filepath.Join(repo, "config/containerd/*.toml"))

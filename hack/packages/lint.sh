@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Lint the packages in DIR (make packages-lint) with the distributions' own
 # tools: lintian on every .deb, failing on any error or warning (the
 # overridden tags and their reasons are listed from

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command packages builds nri-sysctl's .deb and .rpm packages with nfpm
 // (github.com/goreleaser/nfpm/v2), one per format and architecture:
 //

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -110,15 +113,16 @@ func TestPackagesContents(t *testing.T) {
 			bin, _ := os.ReadFile(filepath.Join(bins, goarch, "nri-sysctl"))
 			units := unitDir[format]
 			want := map[string]os.FileMode{
-				"/usr/bin/nri-sysctl":                          0o755,
-				units + "/nri-sysctl.service":                  0o644,
-				units + "/nri-sysctl-reload.path":              0o644,
-				units + "/nri-sysctl-reload.service":           0o644,
-				"/etc/nri-sysctl/config.yaml":                  0o600,
-				"/usr/share/nri-sysctl/systemd/metrics.conf":   0o644,
-				"/usr/share/man/man8/nri-sysctl.8.gz":          0o644,
-				"/usr/share/doc/nri-sysctl/README.md":          0o644,
-				"/usr/share/nri-sysctl/containerd/10-nri.toml": 0o644,
+				"/usr/bin/nri-sysctl":                           0o755,
+				units + "/nri-sysctl.service":                   0o644,
+				units + "/nri-sysctl-reload.path":               0o644,
+				units + "/nri-sysctl-reload.service":            0o644,
+				"/etc/nri-sysctl/config.yaml":                   0o600,
+				"/usr/share/nri-sysctl/systemd/metrics.conf":    0o644,
+				"/usr/share/man/man8/nri-sysctl.8.gz":           0o644,
+				"/usr/share/doc/nri-sysctl/README.md":           0o644,
+				"/usr/share/doc/nri-sysctl/THIRD_PARTY_NOTICES": 0o644,
+				"/usr/share/nri-sysctl/containerd/10-nri.toml":  0o644,
 			}
 			for _, d := range dropIns {
 				want["/usr/share/nri-sysctl/containerd/"+filepath.Base(d)] = 0o644
@@ -129,6 +133,7 @@ func TestPackagesContents(t *testing.T) {
 				want["/usr/share/lintian/overrides/nri-sysctl"] = 0o644
 			} else {
 				want["/usr/lib/systemd/system-preset/80-nri-sysctl.preset"] = 0o644
+				want["/usr/share/doc/nri-sysctl/LICENSE"] = 0o644
 			}
 			for path, mode := range want {
 				e, ok := p.files[path]

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command version prints the project's one version (the file VERSION at the
 // repository root) in the form each format wants: the Makefile calls it for
 // the binary, the packages, the image tag and the chart.

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config reads and validates the nri-sysctl configuration file.
 // A file is accepted whole or rejected whole, with every problem listed.
 package config

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package connlimit caps the connections an HTTP server holds, shedding
 // idle ones first, so that clients which open connections and keep them
 // (a pod anywhere in the cluster can reach a DaemonSet's metrics port)

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cri lists the running containers of a node's ready pods through
 // the runtime's CRI socket (containerd serves CRI on its own socket), with
 // what a decision needs to know of each pod.

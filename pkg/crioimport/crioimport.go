@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crioimport turns CRI-O's default_sysctls into an nri-sysctl
 // config. It is pure: the text of a CRI-O config in, YAML text and the
 // entries it could not carry over out.

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubeapi is just enough of a Kubernetes API client for a pod that
 // talks to its own cluster: HTTPS to the API server, verified with the
 // cluster's CA, as the pod's service account. Callers build the request

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package kubeapi
 
 import (
@@ -129,10 +132,11 @@ func (f *fakeAPIServer) state() (taints []any, gets, patches int) {
 	return append([]any(nil), f.taints...), f.gets, f.patches
 }
 
-// serviceAccount writes a token and the server's CA where a pod has them.
-func serviceAccount(t *testing.T, f *fakeAPIServer, token string) string {
+// serviceAccount writes a token and srv's CA where a pod has them.
+func serviceAccount(t *testing.T, srv *httptest.Server, token string) string {
+	t.Helper()
 	dir := t.TempDir()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +146,12 @@ func serviceAccount(t *testing.T, f *fakeAPIServer, token string) string {
 	return dir
 }
 
-func testClient(t *testing.T, f *fakeAPIServer) (*Client, string) {
+// testClient is a client of srv, as a pod with token-1; saDir is where its
+// token and CA are.
+func testClient(t *testing.T, srv *httptest.Server) (c *Client, saDir string) {
 	t.Helper()
-	saDir := serviceAccount(t, f, "token-1")
-	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
+	saDir = serviceAccount(t, srv, "token-1")
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	c, err := New(host, port, saDir, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -153,22 +159,19 @@ func testClient(t *testing.T, f *fakeAPIServer) (*Client, string) {
 	return c, saDir
 }
 
-// notReadyKey is the taint the plugin removes.
-const notReadyKey = "nri-sysctl.io/not-ready"
-
 func taint(key, effect string) map[string]any { return map[string]any{"key": key, "effect": effect} }
 
 // The token is read at each request: the kubelet rotates it.
 func TestClientRereadsToken(t *testing.T) {
 	f := newFakeAPIServer(t, "node-1", taint("a", "NoSchedule"))
-	c, saDir := testClient(t, f)
-	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule"); err != nil {
+	c, saDir := testClient(t, f.Server)
+	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule"); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(saDir, "token"), []byte("token-2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule"); err != nil {
+	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule"); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -181,21 +184,21 @@ func TestClientRereadsToken(t *testing.T) {
 // The server must be the cluster's: a certificate from another CA fails.
 func TestClientVerifiesServer(t *testing.T) {
 	f := newFakeAPIServer(t, "node-1")
-	saDir := serviceAccount(t, f, "tok")
+	saDir := serviceAccount(t, f.Server, "tok")
 	writeCA(t, saDir, otherCA(t))
 	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
 	c, err := New(host, port, saDir, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("err = %v, want a certificate error", err)
 	}
 }
 
 func TestNewErrors(t *testing.T) {
 	f := newFakeAPIServer(t, "node-1")
-	saDir := serviceAccount(t, f, "tok")
+	saDir := serviceAccount(t, f.Server, "tok")
 	if _, err := New("", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Errorf("no host: %v", err)
 	}
@@ -208,7 +211,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New("10.0.0.1", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("bad CA: %v", err)
 	}
-	saDir = serviceAccount(t, f, "tok")
+	saDir = serviceAccount(t, f.Server, "tok")
 	os.Remove(filepath.Join(saDir, "token"))
 	if _, err := New("10.0.0.1", "443", saDir, "test"); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Errorf("no token: %v", err)
@@ -247,8 +250,8 @@ func writeCA(t *testing.T, saDir string, ca []byte) {
 // A CA rotation: the file on disk changes and the same Client trusts the
 // new CA at its next request, and no longer the old one.
 func TestClientFollowsCARotation(t *testing.T) {
-	f := newFakeAPIServer(t, "node-1", taint(notReadyKey, "NoSchedule"))
-	saDir := serviceAccount(t, f, "tok")
+	f := newFakeAPIServer(t, "node-1", taint(NotReadyTaintKey, "NoSchedule"))
+	saDir := serviceAccount(t, f.Server, "tok")
 	serverCA := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
 	writeCA(t, saDir, otherCA(t))
 	host, port, _ := net.SplitHostPort(f.Listener.Addr().String())
@@ -257,24 +260,24 @@ func TestClientFollowsCARotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := c.RemoveNodeTaint(ctx, "node-1", NotReadyTaintKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("before the rotation: err = %v, want a certificate error", err)
 	}
 	writeCA(t, saDir, serverCA)
-	if removed, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err != nil || !removed {
+	if removed, err := c.RemoveNodeTaint(ctx, "node-1", NotReadyTaintKey, "NoSchedule"); err != nil || !removed {
 		t.Fatalf("after the CA on disk changed to the server's: removed %v, err %v", removed, err)
 	}
 	// Rotated away again, with the kept-alive connection gone: refused.
 	writeCA(t, saDir, otherCA(t))
 	f.CloseClientConnections()
-	if _, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := c.RemoveNodeTaint(ctx, "node-1", NotReadyTaintKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("after the CA changed away from the server's: err = %v, want a certificate error", err)
 	}
 	// A CA file caught broken keeps the last good CA, and says so.
 	if err := os.WriteFile(filepath.Join(saDir, "ca.crt"), []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RemoveNodeTaint(ctx, "node-1", notReadyKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if _, err := c.RemoveNodeTaint(ctx, "node-1", NotReadyTaintKey, "NoSchedule"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Fatalf("with a broken CA file: err = %v, want it named", err)
 	}
 }

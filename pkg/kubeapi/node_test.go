@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package kubeapi
 
 import (
@@ -10,15 +13,15 @@ import (
 
 func TestRemoveNodeTaintRemovesOnlyThatTaint(t *testing.T) {
 	other := taint("dedicated", "NoSchedule")
-	sameKeyOtherEffect := taint(notReadyKey, "NoExecute")
-	f := newFakeAPIServer(t, "node-1", other, taint(notReadyKey, "NoSchedule"), sameKeyOtherEffect)
-	c, _ := testClient(t, f)
-	removed, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule")
+	sameKeyOtherEffect := taint(NotReadyTaintKey, "NoExecute")
+	f := newFakeAPIServer(t, "node-1", other, taint(NotReadyTaintKey, "NoSchedule"), sameKeyOtherEffect)
+	c, _ := testClient(t, f.Server)
+	removed, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule")
 	if err != nil || !removed {
 		t.Fatalf("removeNodeTaint = %v, %v; want true, nil", removed, err)
 	}
 	got, _, patches := f.state()
-	want := []any{map[string]any{"key": "dedicated", "effect": "NoSchedule"}, map[string]any{"key": notReadyKey, "effect": "NoExecute"}}
+	want := []any{map[string]any{"key": "dedicated", "effect": "NoSchedule"}, map[string]any{"key": NotReadyTaintKey, "effect": "NoExecute"}}
 	if !reflect.DeepEqual(got, want) || patches != 1 {
 		t.Fatalf("taints after removal %v (%d patches), want %v", got, patches, want)
 	}
@@ -28,12 +31,12 @@ func TestRemoveNodeTaintRemovesOnlyThatTaint(t *testing.T) {
 // patch's test fails, and the plugin reads again instead of removing the
 // entry now at that index.
 func TestRemoveNodeTaintRace(t *testing.T) {
-	f := newFakeAPIServer(t, "node-1", taint("a", "NoSchedule"), taint(notReadyKey, "NoSchedule"))
+	f := newFakeAPIServer(t, "node-1", taint("a", "NoSchedule"), taint(NotReadyTaintKey, "NoSchedule"))
 	f.onPatch = func(taints []any) []any {
 		return append([]any{taint("inserted", "NoSchedule")}, taints...)
 	}
-	c, _ := testClient(t, f)
-	removed, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule")
+	c, _ := testClient(t, f.Server)
+	removed, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule")
 	if err != nil || !removed {
 		t.Fatalf("removeNodeTaint = %v, %v", removed, err)
 	}
@@ -49,8 +52,8 @@ func TestRemoveNodeTaintRace(t *testing.T) {
 
 func TestRemoveNodeTaintAbsent(t *testing.T) {
 	f := newFakeAPIServer(t, "node-1", taint("a", "NoSchedule"))
-	c, _ := testClient(t, f)
-	removed, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule")
+	c, _ := testClient(t, f.Server)
+	removed, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule")
 	if err != nil || removed {
 		t.Fatalf("removeNodeTaint = %v, %v; want false, nil", removed, err)
 	}
@@ -60,10 +63,10 @@ func TestRemoveNodeTaintAbsent(t *testing.T) {
 }
 
 func TestRemoveNodeTaintForbidden(t *testing.T) {
-	f := newFakeAPIServer(t, "node-1", taint(notReadyKey, "NoSchedule"))
+	f := newFakeAPIServer(t, "node-1", taint(NotReadyTaintKey, "NoSchedule"))
 	f.status = http.StatusForbidden
-	c, _ := testClient(t, f)
-	_, err := c.RemoveNodeTaint(context.Background(), "node-1", notReadyKey, "NoSchedule")
+	c, _ := testClient(t, f.Server)
+	_, err := c.RemoveNodeTaint(context.Background(), "node-1", NotReadyTaintKey, "NoSchedule")
 	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "get and patch on nodes") || !strings.Contains(err.Error(), "cannot patch resource") {
 		t.Fatalf("err = %v; want the status, the API server's message and the RBAC hint", err)
 	}

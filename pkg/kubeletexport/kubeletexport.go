@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubeletexport turns a validated nri-sysctl config into a
 // KubeletConfiguration drop-in for kubelet's --config-dir: the config's
 // node-wide defaults as kubelet's defaultPodSysctls (Kubernetes 1.37,

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nsthread runs code on an OS thread that may change namespaces and
 // is thrown away afterwards, so no other goroutine ever runs in them.
 package nsthread

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outcome names what the plugin did for one container: the
 // annotations it records on the container, and the one table of outcomes
 // that the outcome annotation, the metric's label, the logs and audit's

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package podns opens, checks and enters a pod's own namespaces from the
 // host, to write its sysctls there (namespace mode, for runtimes that drop
 // NRI sysctl adjustments) or to read them back (audit --read). Every way

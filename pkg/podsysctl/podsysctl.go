@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package podsysctl finds a pod's own sysctls (securityContext.sysctls).
 // NRI does not show them: containerd writes them only into the pod
 // sandbox's spec, so they are looked up from containerd (the plugin keeps

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package policy decides which sysctls a container gets. It is pure: plain
 // inputs in, a decision out, no I/O.
 package policy

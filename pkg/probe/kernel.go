@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package probe asks the running kernel which sysctls a pod can be given.
 // It needs root: it creates throw-away namespaces, and the user namespace
 // probe re-executes this binary (see IsHelper).

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package runtimemode decides how sysctls reach a pod on a given runtime:
 // through the OCI spec (runtimes whose NRI applies sysctl adjustments safely)
 // or by writing them into the pod's namespaces (runtimes that drop them

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package sysctl
 
 // PingGroupRange is the one sysctl whose value names group IDs: inside a

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sysctl knows sysctl names: how to normalize them, which kernel
 // namespace each belongs to, and where it lives under /proc/sys.
 package sysctl

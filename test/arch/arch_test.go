@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package arch checks that the binaries `make image` builds for each
 // architecture behave alike: the other architecture's binary runs under
 // qemu user emulation (Debian's qemu-user-static, test/setup.sh) and gives

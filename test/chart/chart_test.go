@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package chart checks the Helm chart in config/helm/nri-sysctl with the
 // helm that test/setup.sh builds: helm lint, and helm template rendered
 // per mode, read back and checked field by field; and that the plain

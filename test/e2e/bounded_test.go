@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // Bounded work per request (issue 33): a pod author who writes the largest

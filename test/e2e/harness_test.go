@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e runs nri-sysctl against a real containerd, driven through CRI
 // with crictl the way kubelet drives it.
 //

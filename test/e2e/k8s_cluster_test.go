@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // A single-node Kubernetes for the e2e-k8s test (make e2e-k8s): etcd,

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // Issue 23, items 5 and 7, on the e2e-k8s cluster:

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // The fleet roll-out on Kubernetes itself (make e2e-k8s): a single-node

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // A cluster of two nodes on this machine (make e2e-k8s, issue 23 item 9):

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // Running the nri-sysctl plugin as an external NRI plugin connected to the

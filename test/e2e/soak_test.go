@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 // make soak (issue 33, item 8): figures under faults on a fail-closed node.

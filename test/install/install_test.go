@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package install checks what `make install` lays out for a node image, and
 // that the systemd units it installs pass `systemd-analyze verify`. It needs
 // make, go and systemd-analyze, but no containerd and no root.
@@ -87,6 +90,9 @@ func expectedTree(t *testing.T, root, prefix string) map[string]fs.FileMode {
 		prefix + "/share/doc/nri-sysctl/README.md":      0o644,
 		prefix + "/share/doc/nri-sysctl/CHANGELOG.md":   0o644,
 		prefix + "/share/doc/nri-sysctl/nri-sysctl.txt": 0o644,
+		// The licence and the third-party notices (make notices).
+		prefix + "/share/doc/nri-sysctl/LICENSE":             0o644,
+		prefix + "/share/doc/nri-sysctl/THIRD_PARTY_NOTICES": 0o644,
 		// The drop-in that turns metrics on; not enabled by install.
 		prefix + "/share/nri-sysctl/systemd/metrics.conf": 0o644,
 	}

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command noop-plugin is the floor for any NRI plugin in the benchmarks: it
 // subscribes to the same events as nri-sysctl and never adjusts anything,
 // so its cost is the ttrpc round trips alone. With -set-sysctl it plays

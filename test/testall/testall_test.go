@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testall checks test/test-all.sh, which make test-all runs: the
 // targets in order, the background build waited for before the last ones,
 // that build stopped, with its children, when a target fails or a signal

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package vm
 
 // One boot of a node image under qemu (TCG: KVM guests fail on these

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Prepare this machine for the VM test (test/vm, `make vm-test`):
 #   - qemu-system-x86, qemu-utils and mmdebstrap from apt, when missing;
 #   - containerd of each requested version, crictl and runc (for

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vm boots a real node under qemu: a Debian 12 image with systemd as
 // PID 1, containerd, nri-sysctl.service (installed from its .deb) and
 // kubelet creating static pods. It checks, from inside the pods' containers

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -5,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 )
 
 const explainConfig = `

@@ -1,10 +1,12 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
 	"os"
 	"testing"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 )
 
@@ -15,13 +17,4 @@ func TestMain(m *testing.M) {
 		os.Exit(probe.RunHelper(os.Args))
 	}
 	os.Exit(m.Run())
-}
-
-func mustParse(t *testing.T, text string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("test config", []byte(text), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command nri-sysctl is a containerd NRI plugin that gives every pod the
 // node's default namespaced sysctls.
 package main

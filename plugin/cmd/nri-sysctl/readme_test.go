@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 )
 
 // README.md's "A short config": its config, run through the commands it
@@ -38,7 +42,7 @@ func TestReadmeShortConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromReadme, fromShipped := mustParse(t, cfgText), mustParse(t, string(shipped))
+	fromReadme, fromShipped := fixture.MustParse(t, cfgText), fixture.MustParse(t, string(shipped))
 	values := func(entries []config.Entry) map[string]string {
 		m := map[string]string{}
 		for _, e := range entries {

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -11,8 +14,8 @@ import (
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
-	"github.com/nri-sysctl/nri-sysctl/plugin/internal/fixture"
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 )
 
 // The acceptance case: four different problems, each listed with

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package trusteddir gives tests a directory the plugin trusts a config
 // in: when the test runs as root, one that, like every directory above
 // it, is root's and not writable by group or others. t.TempDir will not

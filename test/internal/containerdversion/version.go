@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package containerdversion holds the facts about containerd release lines
 // that the end-to-end harness and the VM test both need, so that each lives
 // in one place.

@@ -1,3 +1,6 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ociimage builds the offline test images that the end-to-end
 // tests and the VM test import into containerd. No registry can be reached
 // from the test machines, so the images are written here as one OCI image

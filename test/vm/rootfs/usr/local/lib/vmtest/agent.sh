@@ -1,4 +1,6 @@
 #!/bin/bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # The VM test's agent: reads one command per line from /dev/ttyS1
 # ("ID BASE64"), runs it with bash, and answers
 # "VMTEST-RESULT ID EXIT-CODE BASE64-OF-OUTPUT". The host's test (test/vm)

@@ -1,4 +1,6 @@
 #!/bin/bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Scenario set-up, run by vmtest-setup.service before containerd,
 # nri-sysctl and kubelet. The scenario comes from the kernel command line:
 #   vmtest.scenario=service          nri-sysctl.service (default)

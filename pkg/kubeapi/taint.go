@@ -1,4 +1,7 @@
-package plugin
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package kubeapi
 
 import (
 	"context"
@@ -7,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/kubeapi"
+	"github.com/nri-sysctl/nri-sysctl/pkg/backoff"
 	"github.com/sirupsen/logrus"
 )
 
@@ -15,42 +18,44 @@ import (
 // --register-with-taints=nri-sysctl.io/not-ready:NoSchedule) so that no pod
 // is scheduled there before the plugin gives pods their defaults.
 const (
-	notReadyTaintKey    = "nri-sysctl.io/not-ready"
-	notReadyTaintEffect = "NoSchedule"
+	NotReadyTaintKey    = "nri-sysctl.io/not-ready"
+	NotReadyTaintEffect = "NoSchedule"
+	// NotReadyTaint is the taint as key:effect.
+	NotReadyTaint = NotReadyTaintKey + ":" + NotReadyTaintEffect
 )
 
-// startTaintRemoval checks, before anything else runs, that the plugin can
+// StartTaintRemoval checks, before anything else runs, that the plugin can
 // talk to the API server as its pod's service account, and then removes
 // the not-ready taint from its own node (NODE_NAME, from the downward API)
 // once the plugin is registered with the runtime, synchronized and
 // containerd answers its pod lookups (ready). It retries with backoff
 // until the taint is gone or ctx ends.
-func startTaintRemoval(ctx context.Context, log *logrus.Logger, userAgent string, synchronized <-chan struct{}, ready readiness) error {
+func StartTaintRemoval(ctx context.Context, log *logrus.Logger, userAgent string, synchronized <-chan struct{}, ready Readiness) error {
 	node := os.Getenv("NODE_NAME")
 	if node == "" {
 		return errors.New("--remove-taint: the environment variable NODE_NAME is empty; set it from the downward API (fieldRef: spec.nodeName)")
 	}
-	c, err := kubeapi.New(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), kubeapi.ServiceAccountDir, userAgent)
+	c, err := New(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), ServiceAccountDir, userAgent)
 	if err != nil {
 		return fmt.Errorf("--remove-taint: %w", err)
 	}
-	go runTaintRemoval(ctx, log.WithFields(logrus.Fields{"node": node, "taint": notReadyTaintKey + ":" + notReadyTaintEffect}), c, node, synchronized, ready, newBackoff(time.Second, 30*time.Second))
+	go RunTaintRemoval(ctx, log.WithFields(logrus.Fields{"node": node, "taint": NotReadyTaint}), c, node, synchronized, ready, backoff.New(time.Second, 30*time.Second))
 	return nil
 }
 
-// readiness is what the taint removal waits for after Synchronize: check
-// asked every interval until it says ok.
-type readiness struct {
-	check    func(context.Context) (ok bool, why string)
-	interval time.Duration
+// Readiness is what the taint removal waits for after Synchronize: Check
+// asked every Interval until it says ok.
+type Readiness struct {
+	Check    func(context.Context) (ok bool, why string)
+	Interval time.Duration
 }
 
 // wait returns once check says ok (true), or when ctx ends (false). It
 // logs the reason once, and again whenever it changes.
-func (r readiness) wait(ctx context.Context, log *logrus.Entry) bool {
+func (r Readiness) wait(ctx context.Context, log *logrus.Entry) bool {
 	logged := ""
 	for {
-		ok, why := r.check(ctx)
+		ok, why := r.Check(ctx)
 		if ok {
 			return true
 		}
@@ -61,17 +66,20 @@ func (r readiness) wait(ctx context.Context, log *logrus.Entry) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(r.interval):
+		case <-time.After(r.Interval):
 		}
 	}
 }
 
-// taintRemover is the API call runTaintRemoval makes (a *kubeapi.Client).
-type taintRemover interface {
+// TaintRemover is the API call RunTaintRemoval makes (a *Client).
+type TaintRemover interface {
 	RemoveNodeTaint(ctx context.Context, node, key, effect string) (removed bool, err error)
 }
 
-func runTaintRemoval(ctx context.Context, log *logrus.Entry, c taintRemover, node string, synchronized <-chan struct{}, ready readiness, b *backoff) {
+// RunTaintRemoval waits for synchronized and ready, then removes the
+// not-ready taint from node through c, retrying with b until it is gone
+// or ctx ends.
+func RunTaintRemoval(ctx context.Context, log *logrus.Entry, c TaintRemover, node string, synchronized <-chan struct{}, ready Readiness, b *backoff.Backoff) {
 	select {
 	case <-synchronized:
 	case <-ctx.Done():
@@ -81,7 +89,7 @@ func runTaintRemoval(ctx context.Context, log *logrus.Entry, c taintRemover, nod
 		return
 	}
 	for {
-		removed, err := c.RemoveNodeTaint(ctx, node, notReadyTaintKey, notReadyTaintEffect)
+		removed, err := c.RemoveNodeTaint(ctx, node, NotReadyTaintKey, NotReadyTaintEffect)
 		switch {
 		case err == nil && removed:
 			log.Info("registered, synchronized and containerd answers: removed the not-ready taint from the node")
@@ -92,7 +100,7 @@ func runTaintRemoval(ctx context.Context, log *logrus.Entry, c taintRemover, nod
 		case ctx.Err() != nil:
 			return
 		}
-		wait := b.next()
+		wait := b.Next()
 		log.WithError(err).WithField("retry_in", wait.String()).Warn("cannot remove the not-ready taint from the node")
 		select {
 		case <-ctx.Done():

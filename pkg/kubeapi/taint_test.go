@@ -1,14 +1,20 @@
-package plugin
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package kubeapi
 
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/backoff"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
 // fakeTaintRemover stands for the API server: it fails while failing is
@@ -27,7 +33,7 @@ func (f *fakeTaintRemover) RemoveNodeTaint(_ context.Context, node, key, effect 
 	if f.failing {
 		return false, errors.New("GET /api/v1/nodes/" + node + ": 503 Service Unavailable")
 	}
-	removed := f.tainted && key == notReadyTaintKey && effect == notReadyTaintEffect
+	removed := f.tainted && key == NotReadyTaintKey && effect == NotReadyTaintEffect
 	f.tainted = f.tainted && !removed
 	return removed, nil
 }
@@ -40,13 +46,13 @@ func (f *fakeTaintRemover) state() (calls int, tainted bool) {
 
 func TestStartTaintRemovalNeedsNodeName(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
-	err := startTaintRemoval(context.Background(), logrus.New(), "nri-sysctl/test", make(chan struct{}), readiness{})
+	err := StartTaintRemoval(context.Background(), logrus.New(), "nri-sysctl/test", make(chan struct{}), Readiness{})
 	if err == nil || !strings.Contains(err.Error(), "NODE_NAME") || !strings.Contains(err.Error(), "spec.nodeName") {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("NODE_NAME", "n")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if err := startTaintRemoval(context.Background(), logrus.New(), "nri-sysctl/test", make(chan struct{}), readiness{}); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+	if err := StartTaintRemoval(context.Background(), logrus.New(), "nri-sysctl/test", make(chan struct{}), Readiness{}); err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -58,12 +64,12 @@ func TestRunTaintRemovalWaitsForSynchronized(t *testing.T) {
 	synced := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	var logs syncBuffer
 	log := logrus.New()
-	log.SetOutput(&logs)
+	log.SetOutput(io.Discard)
+	hook := logtest.NewLocal(log)
 	go func() {
 		defer close(done)
-		runTaintRemoval(ctx, logrus.NewEntry(log), f, "node-1", synced, readiness{check: alwaysReady, interval: time.Millisecond}, newBackoff(10*time.Millisecond, 20*time.Millisecond))
+		RunTaintRemoval(ctx, logrus.NewEntry(log), f, "node-1", synced, Readiness{Check: alwaysReady, Interval: time.Millisecond}, backoff.New(10*time.Millisecond, 20*time.Millisecond))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	time.Sleep(100 * time.Millisecond)
@@ -71,7 +77,11 @@ func TestRunTaintRemovalWaitsForSynchronized(t *testing.T) {
 		t.Fatalf("requests before the first Synchronize")
 	}
 	close(synced)
-	waitFor(t, "a failed attempt", func() bool { return strings.Contains(logs.String(), "503") })
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logged(hook), "503"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed attempt logged:\n%s", logged(hook))
+		}
+	}
 	f.mu.Lock()
 	f.failing = false
 	f.mu.Unlock()
@@ -83,8 +93,8 @@ func TestRunTaintRemovalWaitsForSynchronized(t *testing.T) {
 	if _, tainted := f.state(); tainted {
 		t.Fatal("the taint is left")
 	}
-	if !strings.Contains(logs.String(), "removed the not-ready taint") {
-		t.Fatalf("log: %s", logs.String())
+	if !strings.Contains(logged(hook), "removed the not-ready taint") {
+		t.Fatalf("log: %s", logged(hook))
 	}
 }
 
