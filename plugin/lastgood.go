@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nri-sysctl/nri-sysctl/pkg/atomicfile"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/sirupsen/logrus"
 )
@@ -44,7 +45,7 @@ func (p *plugin) keepAsLastGood(cfg *config.Config) {
 	if kept, err := config.ReadFile(path); err == nil && config.TextSHA256(kept) == cfg.TextSHA256 {
 		return
 	}
-	if err := writeFileAtomic(path, text, 0o600); err != nil {
+	if err := atomicfile.Write(path, text, 0o600); err != nil {
 		log.WithError(err).Warn("cannot keep the config as the last good one; the copy on the node stays as it was")
 		return
 	}
@@ -109,43 +110,4 @@ func checkLastGoodConfig(path, configPath string) error {
 		return fmt.Errorf("bad --last-good-config %q: it is the --config file; want a file of its own, e.g. /var/lib/nri-sysctl/last-good-config.yaml", path)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces path with text so that a crash or a power cut
-// leaves either the old file or the new one, never a part: a temporary
-// file in the same directory, synced, renamed over path, and the directory
-// synced so that the rename survives a reboot.
-func writeFileAtomic(path string, text []byte, mode os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if _, err = tmp.Write(text); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

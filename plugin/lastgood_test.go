@@ -257,25 +257,6 @@ func TestStartWithoutUsableLastGood(t *testing.T) {
 	})
 }
 
-// A failed write leaves the old copy whole and no temporary file.
-func TestWriteFileAtomicFailureLeavesOldFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "kept.yaml")
-	if err := writeFileAtomic(path, []byte("old"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The rename fails: path is now a non-empty directory.
-	os.Remove(path)
-	os.MkdirAll(filepath.Join(path, "x"), 0o700)
-	if err := writeFileAtomic(path, []byte("new"), 0o600); err == nil {
-		t.Fatal("writing over a directory succeeded")
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("left %d entries, want only the directory", len(entries))
-	}
-}
-
 func findEntry(hook *logtest.Hook, msg string) *logrus.Entry {
 	for _, e := range hook.AllEntries() {
 		if strings.Contains(e.Message, msg) {
