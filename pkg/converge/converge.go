@@ -1,0 +1,176 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package converge decides, key by key, how one running pod is brought to
+// the config in force: what the plugin writes, what it puts back, and what
+// it leaves to another writer. It is the pure part of converging running
+// pods (issue 35): reading and writing the pod's namespaces, and keeping
+// what the plugin wrote across its restarts, are the caller's.
+//
+// The rule that shapes it: never fight another writer. A live value that
+// is neither what the plugin last set nor what the pod had before the
+// plugin's first write was set by someone else (a privileged container, an
+// operator by hand), and stays.
+package converge
+
+import (
+	"sort"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// Written is what the plugin remembers of one key in one pod: the value it
+// last set there, and the value the pod had before its first write. Either
+// may be unknown: a spec-mode container's value was written by the runtime
+// from the plugin's spec (Set known from the pod's annotation, Before not).
+type Written struct {
+	Set       string
+	HasSet    bool
+	Before    string
+	HasBefore bool
+}
+
+// Key is what is known of one sysctl in one running pod.
+type Key struct {
+	Name string
+	// Want is the value a pod created now with the same attributes would
+	// get; Wanted is false when the plugin no longer manages the key for
+	// this pod (it left the config, or the pod left its rule, its profile
+	// or the plugin's scope).
+	Want   string
+	Wanted bool
+	// Live is the value read in the pod's namespace.
+	Live string
+	// Written is the plugin's memory of the key in this pod.
+	Written Written
+	// PodOwn: the pod sets the key itself (securityContext.sysctls).
+	PodOwn bool
+	// Writable: the writer can set the key in this pod; false for a
+	// user-namespace pod's IPC and user.* keys, which the host-side writer
+	// cannot reach.
+	Writable bool
+	// Fresh is the key's value in a namespace the plugin creates fresh:
+	// what a key goes back to when Before is unknown. HasFresh is false
+	// for keys a fresh namespace does not have (per-interface keys).
+	Fresh    string
+	HasFresh bool
+}
+
+// Action is what happens to one key.
+type Action int
+
+const (
+	// Keep: nothing to write; the key is converged, or not the plugin's.
+	Keep Action = iota
+	// Write: set Step.Value, the value the config gives.
+	Write
+	// Restore: put back Step.Value, the value before the plugin's first
+	// write (or a fresh namespace's), then forget the key.
+	Restore
+	// LeaveToOther: another writer changed the key since the plugin set
+	// it; leave it, and say so.
+	LeaveToOther
+	// CannotConverge: the writer cannot set the key in this pod, or cannot
+	// tell what to put back; say so once, and do not try again.
+	CannotConverge
+)
+
+var actionNames = [...]string{Keep: "keep", Write: "write", Restore: "restore", LeaveToOther: "left to another writer", CannotConverge: "cannot converge"}
+
+func (a Action) String() string { return actionNames[a] }
+
+// Step is the decision for one key.
+type Step struct {
+	Key    string
+	Action Action
+	// Value is what Write or Restore writes.
+	Value string
+	// Reason says why, for logs, audit and explain.
+	Reason string
+	// Remember is the plugin's memory of the key once the step is done;
+	// Forget: the plugin no longer holds anything of the key.
+	Remember Written
+	Forget   bool
+}
+
+// Plan decides each key, sorted by name.
+func Plan(keys []Key) []Step {
+	steps := make([]Step, 0, len(keys))
+	for _, k := range keys {
+		steps = append(steps, decide(k))
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i].Key < steps[j].Key })
+	return steps
+}
+
+// same compares values as the kernel prints them: fields split by any
+// white space.
+func same(a, b string) bool { return sysctl.Fold(a) == sysctl.Fold(b) }
+
+func decide(k Key) Step {
+	switch {
+	case k.PodOwn:
+		return keep(k, "the pod sets it itself", k.Written)
+	case !k.Wanted:
+		return giveBack(k)
+	default:
+		return bringTo(k)
+	}
+}
+
+// bringTo brings a key the config gives to its value.
+func bringTo(k Key) Step {
+	w := k.Written
+	switch {
+	case same(k.Live, k.Want):
+		// In force, whoever wrote it: the plugin holds it from now on, so
+		// that a later value reaches it.
+		w.Set, w.HasSet = k.Want, true
+		return keep(k, "converged", w)
+	case changedByOther(k):
+		return Step{Key: k.Name, Action: LeaveToOther, Reason: "set to " + quote(k.Live) + " by another writer since the plugin set " + quote(w.Set), Remember: w}
+	case !k.Writable:
+		return Step{Key: k.Name, Action: CannotConverge, Reason: "the writer cannot set it in this pod's namespace", Remember: w}
+	}
+	if !w.HasSet && !w.HasBefore {
+		// The plugin's first write: what it finds is what goes back.
+		w.Before, w.HasBefore = k.Live, true
+	}
+	w.Set, w.HasSet = k.Want, true
+	return Step{Key: k.Name, Action: Write, Value: k.Want, Reason: quote(k.Live) + " -> " + quote(k.Want), Remember: w}
+}
+
+// giveBack puts back a key the plugin no longer manages, if it set it and
+// nobody changed it since.
+func giveBack(k Key) Step {
+	w := k.Written
+	switch {
+	case !w.HasSet:
+		return keep(k, "not the plugin's", w)
+	case w.HasBefore && same(k.Live, w.Before):
+		return Step{Key: k.Name, Action: Keep, Reason: "already back to " + quote(w.Before), Forget: true}
+	case changedByOther(k):
+		return Step{Key: k.Name, Action: LeaveToOther, Reason: "set to " + quote(k.Live) + " by another writer since the plugin set " + quote(w.Set), Forget: true}
+	case !k.Writable:
+		return Step{Key: k.Name, Action: CannotConverge, Reason: "no longer managed, and the writer cannot put it back in this pod's namespace", Remember: w}
+	case w.HasBefore:
+		return Step{Key: k.Name, Action: Restore, Value: w.Before, Reason: "no longer managed: back to " + quote(w.Before) + ", its value before the plugin's first write", Forget: true}
+	case k.HasFresh:
+		return Step{Key: k.Name, Action: Restore, Value: k.Fresh, Reason: "no longer managed: back to " + quote(k.Fresh) + ", a fresh namespace's value (the value before the plugin's is unknown)", Forget: true}
+	default:
+		return Step{Key: k.Name, Action: CannotConverge, Reason: "no longer managed, and neither its value before the plugin's nor a fresh namespace's is known", Remember: w}
+	}
+}
+
+// changedByOther: the plugin set the key, and the live value is neither
+// what it set nor what was there before its first write.
+func changedByOther(k Key) bool {
+	w := k.Written
+	return w.HasSet && !same(k.Live, w.Set) && !(w.HasBefore && same(k.Live, w.Before))
+}
+
+func keep(k Key, reason string, w Written) Step {
+	return Step{Key: k.Name, Action: Keep, Reason: reason, Remember: w}
+}
+
+func quote(v string) string { return `"` + sysctl.Fold(v) + `"` }

@@ -1,0 +1,178 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package converge
+
+import (
+	"reflect"
+	"testing"
+)
+
+const keepalive = "net.ipv4.tcp_keepalive_time"
+
+func set(v string) Written { return Written{Set: v, HasSet: true} }
+func setOver(v, before string) Written {
+	return Written{Set: v, HasSet: true, Before: before, HasBefore: true}
+}
+func wanted(want, live string, w Written) Key {
+	return Key{Name: keepalive, Want: want, Wanted: true, Live: live, Written: w, Writable: true}
+}
+func unwanted(live string, w Written) Key {
+	return Key{Name: keepalive, Live: live, Written: w, Writable: true, Fresh: "7200", HasFresh: true}
+}
+
+func TestPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  Key
+		want Step
+	}{
+		{
+			name: "a pod running before the plugin: written, its value kept to go back to",
+			key:  wanted("600", "7200", Written{}),
+			want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: setOver("600", "7200")},
+		},
+		{
+			name: "a reload: the plugin's own value is replaced, the value before kept",
+			key:  wanted("650", "600", setOver("600", "7200")),
+			want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: setOver("650", "7200")},
+		},
+		{
+			name: "a spec-mode value the runtime wrote: replaced, the value before still unknown",
+			key:  wanted("650", "600", set("600")),
+			want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: set("650")},
+		},
+		{
+			name: "converged already: nothing written, the plugin holds the value from now on",
+			key:  wanted("600", "600", Written{}),
+			want: Step{Action: Keep, Reason: "converged", Remember: set("600")},
+		},
+		{
+			name: "converged, the kernel printing tabs",
+			key:  Key{Name: "net.ipv4.tcp_rmem", Want: "4096 131072 6291456", Wanted: true, Live: "4096\t131072\t6291456", Written: set("4096 131072 6291456"), Writable: true},
+			want: Step{Key: "net.ipv4.tcp_rmem", Action: Keep, Reason: "converged", Remember: set("4096 131072 6291456")},
+		},
+		{
+			name: "another writer changed the plugin's value: left",
+			key:  wanted("650", "900", setOver("600", "7200")),
+			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: setOver("600", "7200")},
+		},
+		{
+			name: "another writer changed a spec-mode value: left",
+			key:  wanted("650", "900", set("600")),
+			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: set("600")},
+		},
+		{
+			name: "back at the value before the plugin's write: written again",
+			key:  wanted("650", "7200", setOver("600", "7200")),
+			want: Step{Action: Write, Value: "650", Reason: `"7200" -> "650"`, Remember: setOver("650", "7200")},
+		},
+		{
+			name: "the pod's own value: never touched, even where the plugin would write",
+			key:  Key{Name: keepalive, Want: "600", Wanted: true, Live: "30", PodOwn: true, Writable: true},
+			want: Step{Action: Keep, Reason: "the pod sets it itself"},
+		},
+		{
+			name: "a user-namespace pod's key the writer cannot reach",
+			key:  Key{Name: "kernel.msgmax", Want: "65536", Wanted: true, Live: "8192"},
+			want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "the writer cannot set it in this pod's namespace"},
+		},
+		{
+			name: "a key that left the config goes back to its value before",
+			key:  unwanted("600", setOver("600", "7000")),
+			want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Forget: true},
+		},
+		{
+			name: "a spec-mode key that left the config goes back to a fresh namespace's value",
+			key:  unwanted("600", set("600")),
+			want: Step{Action: Restore, Value: "7200", Reason: `no longer managed: back to "7200", a fresh namespace's value (the value before the plugin's is unknown)`, Forget: true},
+		},
+		{
+			name: "a key that left the config, no value before and none fresh: reported, kept in memory",
+			key:  Key{Name: "net.ipv4.conf.eth0.rp_filter", Live: "2", Written: set("2"), Writable: true},
+			want: Step{Key: "net.ipv4.conf.eth0.rp_filter", Action: CannotConverge, Reason: "no longer managed, and neither its value before the plugin's nor a fresh namespace's is known", Remember: set("2")},
+		},
+		{
+			name: "a key that left the config, changed by another writer: left, forgotten",
+			key:  unwanted("900", setOver("600", "7200")),
+			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Forget: true},
+		},
+		{
+			name: "a key that left the config, already back",
+			key:  unwanted("7200", setOver("600", "7200")),
+			want: Step{Action: Keep, Reason: `already back to "7200"`, Forget: true},
+		},
+		{
+			name: "a key the plugin never set, no longer wanted: not the plugin's",
+			key:  unwanted("600", Written{}),
+			want: Step{Action: Keep, Reason: "not the plugin's"},
+		},
+		{
+			name: "a key that left the config where the writer cannot reach",
+			key:  Key{Name: "kernel.msgmax", Live: "65536", Written: setOver("65536", "8192")},
+			want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "no longer managed, and the writer cannot put it back in this pod's namespace", Remember: setOver("65536", "8192")},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.want
+			if want.Key == "" {
+				want.Key = keepalive
+			}
+			got := Plan([]Key{tc.key})
+			if len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+				t.Errorf("Plan(%+v)\n got %+v\nwant %+v", tc.key, got, want)
+			}
+		})
+	}
+}
+
+// A plan written and then planned again with what it remembered is
+// converged: nothing more to write, so convergence never loops.
+func TestPlanAfterItsOwnStepsKeepsEverything(t *testing.T) {
+	keys := []Key{
+		wanted("600", "7200", Written{}),
+		{Name: "net.core.somaxconn", Want: "4096", Wanted: true, Live: "4096", Writable: true},
+		{Name: "kernel.shmmni", Live: "8192", Written: setOver("8192", "4096"), Writable: true},
+	}
+	first := Plan(keys)
+	byName := map[string]Step{}
+	for _, s := range first {
+		byName[s.Key] = s
+	}
+	for i, k := range keys {
+		s := byName[k.Name]
+		switch s.Action {
+		case Write, Restore:
+			keys[i].Live = s.Value
+		}
+		keys[i].Written = s.Remember
+	}
+	for _, s := range Plan(keys) {
+		if s.Action != Keep {
+			t.Errorf("after its own steps, %s: %v (%s); want keep", s.Key, s.Action, s.Reason)
+		}
+	}
+}
+
+func TestPlanIsSortedByKey(t *testing.T) {
+	steps := Plan([]Key{
+		{Name: "net.ipv4.tcp_keepalive_time", Want: "600", Wanted: true, Live: "600", Writable: true},
+		{Name: "kernel.shmmni", Want: "8192", Wanted: true, Live: "4096", Writable: true},
+		{Name: "net.core.somaxconn", Want: "4096", Wanted: true, Live: "4096", Writable: true},
+	})
+	var names []string
+	for _, s := range steps {
+		names = append(names, s.Key)
+	}
+	if want := []string{"kernel.shmmni", "net.core.somaxconn", "net.ipv4.tcp_keepalive_time"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("steps in the order %v, want %v", names, want)
+	}
+}
+
+func TestActionNames(t *testing.T) {
+	for a := Keep; a <= CannotConverge; a++ {
+		if a.String() == "" {
+			t.Errorf("action %d has no name", a)
+		}
+	}
+}
