@@ -27,7 +27,11 @@ GOARCH      ?= $(HOST_GOARCH)
 unexport GOARCH GOOS
 IMAGE_ARCHES ?= amd64 arm64
 arch_bin = $(if $(filter $(HOST_GOARCH),$(1)),bin/nri-sysctl,bin/linux-$(1)/nri-sysctl)
-go_build = CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin/cmd/nri-sysctl
+# BUILD_GOCACHE: a Go build cache for the shipped binary alone (make
+# reproduce builds it with one of its own; the tools keep the default).
+BUILD_GOCACHE ?=
+build_env = CGO_ENABLED=0 GOOS=linux $(if $(BUILD_GOCACHE),GOCACHE=$(abspath $(BUILD_GOCACHE)))
+go_build = $(build_env) GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin/cmd/nri-sysctl
 
 # containerd versions the end-to-end tests run against (see docs/modes-and-runtimes.md).
 E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
@@ -48,7 +52,7 @@ CYCLONEDX_GOMOD_VERSION ?= v1.10.0
 CYCLONEDX_GOMOD := $(CACHE)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/bin/cyclonedx-gomod
 
 
-.PHONY: notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
@@ -123,12 +127,30 @@ packages: notices-make
 	cp bin/sbom/nri-sysctl-linux-*.cdx.json $(PACKAGES_DIR)/
 	@for arch in $(PACKAGE_ARCHES); do \
 		echo "CGO_ENABLED=0 GOARCH=$$arch go build -o $(PACKAGE_BIN_DIR)/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl"; \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl || exit 1; \
+		$(build_env) GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(abspath $(PACKAGE_BIN_DIR))/$$arch/nri-sysctl ./plugin/cmd/nri-sysctl || exit 1; \
 	done
 	cd hack/packages && $(HOST_GO) run . -repo $(abspath .) -bin-dir $(abspath $(PACKAGE_BIN_DIR)) -out $(abspath $(PACKAGES_DIR)) \
 		-deb-version '$(DEB_VERSION)' -rpm-version '$(RPM_VERSION)' -source-date-epoch '$(SOURCE_DATE_EPOCH)' \
 		-arches '$(subst $(eval) ,$(comma),$(strip $(PACKAGE_ARCHES)))' -formats '$(subst $(eval) ,$(comma),$(strip $(PACKAGE_FORMATS)))' \
 		$(if $(PACKAGE_CONFIG),-config $(abspath $(PACKAGE_CONFIG)))
+
+## release: every artifact of VERSION in RELEASE_DIR (bin/release/VERSION):
+## both architectures' binaries and SBOMs, the .deb and .rpm packages, the
+## image archive, the chart, LICENSE, THIRD_PARTY_NOTICES, CHANGELOG.md's
+## section as RELEASE_NOTES.md, and SHA256SUMS, checked with sha256sum -c
+## (hack/release.sh; docs/releasing.md). Not yet signed (issue 36, item 6).
+RELEASE_DIR ?= bin/release/$(VERSION)
+release: image packages chart notices
+	hack/release.sh $(RELEASE_DIR) '$(VERSION)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(PACKAGES_DIR) \
+		$(foreach a,$(IMAGE_ARCHES),$(a)=$(call arch_bin,$(a)))
+
+## reproduce: make release twice from this tree (as git add -A would
+## commit it), in two directories of different depths, the second building
+## the binaries with a Go build cache of its own (REPRODUCE_GOCACHE), and
+## compare every artifact's digest (hack/reproduce.sh; docs/releasing.md).
+REPRODUCE_GOCACHE ?= $(CACHE)/reproduce-gocache
+reproduce:
+	MAKE="$(MAKE)" REPRODUCE_GOCACHE=$(REPRODUCE_GOCACHE) hack/reproduce.sh
 
 ## packages-lint: make packages, then lintian on each .deb (any error or
 ## warning fails; the package's lintian overrides, each with its reason, are
@@ -263,7 +285,7 @@ e2e-k8s: image
 ## these targets in this order, with Kubernetes and etcd for e2e-k8s built
 ## in the background meanwhile, at nice 19 (test/test-all.sh says why;
 ## exec, so that a SIGTERM to make reaches it).
-TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint e2e
+TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint reproduce e2e
 TEST_ALL_LAST = e2e-k8s vm-test bench-smoke soak
 test-all:
 	MAKE="$(MAKE)" exec test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"

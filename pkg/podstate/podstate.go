@@ -147,7 +147,7 @@ func (s *Store) Load(podID string) (map[string]converge.Written, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: more than one JSON value", path)
 	}
 	if f.Pod != podID {
