@@ -74,13 +74,8 @@ func Open(dir string) (*Store, error) {
 	if err := syscall.Lstat(dir, &st); err != nil {
 		return nil, fmt.Errorf("pod state directory %s: %w", dir, err)
 	}
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFDIR:
-		return nil, fmt.Errorf("pod state directory %s: not a directory (a symlink is refused)", dir)
-	case int(st.Uid) != os.Geteuid():
-		return nil, fmt.Errorf("pod state directory %s: owned by uid %d, not %d: only the plugin's user may write what it trusts", dir, st.Uid, os.Geteuid())
-	case st.Mode&0o022 != 0:
-		return nil, fmt.Errorf("pod state directory %s: mode %o lets others write it: chmod go-w", dir, st.Mode&0o777)
+	if err := ownedByUs(&st, syscall.S_IFDIR, "a directory (a symlink is refused)"); err != nil {
+		return nil, fmt.Errorf("pod state directory %s: %w", dir, err)
 	}
 	return &Store{dir: dir}, nil
 }
@@ -254,14 +249,10 @@ func readOwn(path string) ([]byte, error) {
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	case int(st.Uid) != os.Geteuid():
-		return nil, fmt.Errorf("%s: owned by uid %d, not %d", path, st.Uid, os.Geteuid())
-	case st.Mode&0o022 != 0:
-		return nil, fmt.Errorf("%s: mode %o lets others write it", path, st.Mode&0o777)
-	case st.Size > maxFileSize:
+	if err := ownedByUs(&st, syscall.S_IFREG, "a regular file"); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Size > maxFileSize {
 		return nil, fmt.Errorf("%s: %d bytes, more than %d", path, st.Size, maxFileSize)
 	}
 	text, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
@@ -272,4 +263,19 @@ func readOwn(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: more than %d bytes", path, maxFileSize)
 	}
 	return text, nil
+}
+
+// ownedByUs refuses a file that is not of the type wanted, not this user's
+// (root's, for the plugin), or that a group or other user could write:
+// only the plugin's user may write what it trusts.
+func ownedByUs(st *syscall.Stat_t, fileType uint32, what string) error {
+	switch {
+	case st.Mode&syscall.S_IFMT != fileType:
+		return fmt.Errorf("not %s", what)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("owned by uid %d, not %d", st.Uid, os.Geteuid())
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("mode %o lets others write it: chmod go-w", st.Mode&0o777)
+	}
+	return nil
 }
