@@ -91,7 +91,8 @@ arch-test: image
 ## chart: the packaged chart, $(CHART_OUT)/nri-sysctl-$(CHART_VERSION).tgz,
 ## its version and appVersion the one version (CHART_VERSION); the image tag
 ## it defaults to is the appVersion as an OCI tag, which is $(OCI_TAG).
-## helm is the one test/setup.sh builds.
+## helm is the one test/setup.sh builds. helm stamps each file with the
+## time it ran; hack/chartdate sets them to SOURCE_DATE_EPOCH (reproducible).
 HELM_VERSION ?= v3.22.0
 HELM      ?= $(CACHE)/helm-$(HELM_VERSION)/bin/helm
 CHART_DIR := config/helm/nri-sysctl
@@ -103,7 +104,8 @@ chart:
 	mkdir -p $(CHART_OUT) && home=$$(mktemp -d) && \
 	HELM_CACHE_HOME=$$home/cache HELM_CONFIG_HOME=$$home/config HELM_DATA_HOME=$$home/data \
 		$(HELM) package $(CHART_DIR) --version "$$v" --app-version "$$v" --destination $(CHART_OUT); \
-	rc=$$?; rm -rf "$$home"; exit $$rc
+	rc=$$?; rm -rf "$$home"; [ $$rc -eq 0 ] || exit $$rc
+	$(HOST_GO) run ./hack/chartdate -epoch $(SOURCE_DATE_EPOCH) $(CHART_TGZ)
 
 ## packages: .deb and .rpm packages for amd64 and arm64 in bin/packages, with
 ## the CycloneDX SBOM of each architecture's binary beside them
@@ -201,7 +203,7 @@ $(GOLANGCI_LINT):
 ## alerts and dashboard against plugin/testdata/metrics.txt, and
 ## hack/packages (the packages' contents).
 unit:
-	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./test/install/ ./test/testall/ ./test/chart/ ./test/internal/... ./test/project/ ./hack/notices/
+	$(GO) test -race -count=1 ./pkg/... ./plugin/... ./hack/version/ ./hack/chartdate/ ./test/install/ ./test/testall/ ./test/chart/ ./test/internal/... ./test/project/ ./hack/notices/
 	cd hack/image && $(GO) test -count=1 ./...
 	cd hack/alerts && $(GO) test -count=1 ./...
 	cd hack/packages && $(GO) test -count=1 ./...
