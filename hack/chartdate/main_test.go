@@ -31,8 +31,8 @@ func packaged(t *testing.T, when time.Time) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	zw.Header.Extra = []byte("+aHR0cHM6Ly95b3V0dS5iZS96OVV6MWljandyTQo=")
-	zw.Header.Comment = "Helm"
+	zw.Extra = []byte("+aHR0cHM6Ly95b3V0dS5iZS96OVV6MWljandyTQo=")
+	zw.Comment = "Helm"
 	tw := tar.NewWriter(zw)
 	for _, f := range chartFiles {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: when}); err != nil {
@@ -74,8 +74,8 @@ func TestTwoPackagingsBecomeOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if zr.Header.Comment != "Helm" || string(zr.Header.Extra) != "+aHR0cHM6Ly95b3V0dS5iZS96OVV6MWljandyTQo=" {
-		t.Errorf("helm's gzip header is lost: comment %q, extra %q", zr.Header.Comment, zr.Header.Extra)
+	if zr.Comment != "Helm" || string(zr.Extra) != "+aHR0cHM6Ly95b3V0dS5iZS96OVV6MWljandyTQo=" {
+		t.Errorf("helm's gzip header is lost: comment %q, extra %q", zr.Comment, zr.Extra)
 	}
 	tr := tar.NewReader(zr)
 	for i := 0; ; i++ {

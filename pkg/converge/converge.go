@@ -166,7 +166,8 @@ func giveBack(k Key) Step {
 // what it set nor what was there before its first write.
 func changedByOther(k Key) bool {
 	w := k.Written
-	return w.HasSet && !same(k.Live, w.Set) && !(w.HasBefore && same(k.Live, w.Before))
+	backBefore := w.HasBefore && same(k.Live, w.Before)
+	return w.HasSet && !same(k.Live, w.Set) && !backBefore
 }
 
 func keep(k Key, reason string, w Written) Step {
