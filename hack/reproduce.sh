@@ -36,7 +36,10 @@ tree=$(GIT_INDEX_FILE=$work/index bash -c 'git read-tree HEAD && git add -A && g
 commit=$(git rev-parse HEAD)
 if [[ $tree != "$(git rev-parse 'HEAD^{tree}')" ]]; then
 	# Dated as HEAD, so that the same working tree gives the same commit.
+	# Named here, so that a machine with no git identity can make it.
 	commit=$(GIT_AUTHOR_DATE="@$epoch +0000" GIT_COMMITTER_DATE="@$epoch +0000" \
+		GIT_AUTHOR_NAME="make reproduce" GIT_AUTHOR_EMAIL="reproduce@localhost" \
+		GIT_COMMITTER_NAME="make reproduce" GIT_COMMITTER_EMAIL="reproduce@localhost" \
 		git commit-tree "$tree" -p HEAD -m "make reproduce: the working tree")
 	echo "=== the working tree differs from HEAD: building $commit, a commit of it"
 fi
