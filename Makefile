@@ -146,10 +146,11 @@ release: image packages chart notices
 	hack/release.sh $(RELEASE_DIR) '$(VERSION)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(PACKAGES_DIR) \
 		$(foreach a,$(IMAGE_ARCHES),$(a)=$(call arch_bin,$(a)))
 
-## reproduce: make release twice from this tree (as git add -A would
-## commit it), in two directories of different depths, the second building
-## the binaries with a Go build cache of its own (REPRODUCE_GOCACHE), and
-## compare every artifact's digest (hack/reproduce.sh; docs/releasing.md).
+## reproduce: make release twice on HEAD (or a commit of the working tree
+## when it differs), in two local clones of different depths, the second
+## building the binaries with a Go build cache of its own
+## (REPRODUCE_GOCACHE), and compare every artifact's digest
+## (hack/reproduce.sh; docs/releasing.md).
 REPRODUCE_GOCACHE ?= $(CACHE)/reproduce-gocache
 reproduce:
 	MAKE="$(MAKE)" REPRODUCE_GOCACHE=$(REPRODUCE_GOCACHE) hack/reproduce.sh

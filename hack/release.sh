@@ -36,21 +36,23 @@ shopt -s nullglob
 packages=("$packages_dir"/*.deb "$packages_dir"/*.rpm)
 [[ ${#packages[@]} -gt 0 ]] || fail "no .deb or .rpm in $packages_dir (make packages)"
 
+# sbom ARCH: the SBOM make notices-make writes for ARCH's binary.
+sbom() { echo "bin/sbom/nri-sysctl-linux-$1.cdx.json"; }
+
 # Everything is checked before the directory is touched: a refused
 # release leaves no half-written one behind.
 for pair in "$@"; do
 	arch=${pair%%=*} binary=${pair#*=}
 	[[ -f $binary ]] || fail "$binary (linux/$arch) is missing"
-	[[ -f bin/sbom/nri-sysctl-linux-$arch.cdx.json ]] || fail "bin/sbom/nri-sysctl-linux-$arch.cdx.json is missing (make notices-make writes it)"
+	[[ -f $(sbom "$arch") ]] || fail "$(sbom "$arch") is missing (make notices-make writes it)"
 done
 
 rm -rf "$dir"
 mkdir -p "$dir"
 for pair in "$@"; do
 	arch=${pair%%=*} binary=${pair#*=}
-	sbom=bin/sbom/nri-sysctl-linux-$arch.cdx.json
 	install -m 0755 "$binary" "$dir/nri-sysctl-$version-linux-$arch"
-	install -m 0644 "$sbom" "$dir/nri-sysctl-$version-linux-$arch.cdx.json"
+	install -m 0644 "$(sbom "$arch")" "$dir/nri-sysctl-$version-linux-$arch.cdx.json"
 done
 install -m 0644 "${packages[@]}" "$dir/"
 install -m 0644 "$image_tar" "$dir/nri-sysctl-image-$oci_tag.oci.tar"
@@ -62,5 +64,5 @@ printf '%s\n' "$notes" >"$dir/RELEASE_NOTES.md"
 # Sorted by name, so that the file itself is the same for the same artifacts.
 (cd "$dir" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 (cd "$dir" && sha256sum --quiet -c SHA256SUMS) || fail "sha256sum -c fails in $dir"
-echo "make release: $(($(wc -l <"$dir/SHA256SUMS"))) artifacts of $version in $dir, SHA256SUMS checked:"
+echo "make release: $(wc -l <"$dir/SHA256SUMS") artifacts of $version in $dir, SHA256SUMS checked:"
 cat "$dir/SHA256SUMS"
