@@ -191,6 +191,7 @@ func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, ctr *api.
 	if !ok {
 		return containerResult{outcome: outcome.LookupFailed}
 	}
+	rec.noteSetOnSpec(d.Apply)
 	return containerResult{outcome: appliedOrNothing(d.Apply), applied: d.Apply, onSpec: true, skipped: d.Skipped}
 }
 

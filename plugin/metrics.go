@@ -47,6 +47,10 @@ type metrics struct {
 	namespaceWrites        prometheus.Counter
 	namespaceWriteFailures prometheus.Counter
 
+	// convergedPods and convergedKeys count convergence (converge.go).
+	convergedPods prometheus.Counter
+	convergedKeys map[string]prometheus.Counter // by convergeResults
+
 	reloadsSucceeded    prometheus.Counter
 	reloadsFailed       prometheus.Counter
 	lastReloadSucceeded prometheus.Gauge
@@ -120,6 +124,18 @@ func newMetrics(info configInForce) *metrics {
 		Name: "nri_sysctl_namespace_write_failures_total",
 		Help: "Namespace mode: sysctls that could not be set in a pod's namespaces.",
 	})
+	m.convergedPods = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nri_sysctl_converged_pods_total",
+		Help: "Running pods whose namespaces a convergence changed (runningPods: converge).",
+	})
+	convergedKeys := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nri_sysctl_converge_keys_total",
+		Help: "Keys of running pods a convergence acted on, by result: written, restored, left_to_other (another writer changed it), cannot_converge, failed.",
+	}, []string{"result"})
+	m.convergedKeys = make(map[string]prometheus.Counter, len(convergeResults))
+	for _, r := range convergeResults {
+		m.convergedKeys[r] = convergedKeys.WithLabelValues(r)
+	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nri_sysctl_config_reloads_total",
 		Help: "Config reloads (SIGHUP), by result; a failed one leaves the old config in force.",
@@ -151,7 +167,7 @@ func newMetrics(info configInForce) *metrics {
 		return 0
 	})
 	reg.MustRegister(containers, m.sysctlsApplied, skipped, profiles, m.lookups, m.lookupFailures, m.lookupSeconds,
-		m.namespaceWrites, m.namespaceWriteFailures, reloads, m.lastReloadSucceeded, configInfo, lacking, registered)
+		m.namespaceWrites, m.namespaceWriteFailures, m.convergedPods, convergedKeys, reloads, m.lastReloadSucceeded, configInfo, lacking, registered)
 	return m
 }
 
@@ -244,6 +260,25 @@ func (m *metrics) namespaceWritten(tried, failed int) {
 	}
 	m.namespaceWrites.Add(float64(tried))
 	m.namespaceWriteFailures.Add(float64(failed))
+}
+
+// convergeResults are the results nri_sysctl_converge_keys_total counts.
+var convergeResults = []string{"written", "restored", "left_to_other", "cannot_converge", "failed"}
+
+// convergeKeys counts n keys of running pods with result.
+func (m *metrics) convergeKeys(result string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.convergedKeys[result].Add(float64(n))
+}
+
+// podConverged counts a running pod a convergence changed.
+func (m *metrics) podConverged() {
+	if m == nil {
+		return
+	}
+	m.convergedPods.Inc()
 }
 
 // reloaded counts a config reload.

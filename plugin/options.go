@@ -41,6 +41,9 @@ type Options struct {
 	RemoveTaint         bool
 	LastGoodConfig      string
 	KubernetesEvents    bool
+	// PodStateDir keeps what the plugin set in each running pod across
+	// its restarts ("" for memory only).
+	PodStateDir string
 }
 
 // ContainerdFlags name the containerd whose pods are looked up. A flag

@@ -62,6 +62,15 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		byID[pod.GetId()] = pod
 	}
 	p.records.retain(func(id string) bool { return byID[id] != nil })
+	p.running.set(pods, ctrs)
+	if p.podState != nil {
+		if _, err := p.podState.Prune(func(id string) bool { return byID[id] != nil }); err != nil {
+			p.log.WithError(err).Warn("cannot prune the state of removed pods")
+		}
+	}
+	// After Synchronize returns: the runtime holds its NRI lock for the
+	// whole call, so the worker writes into running pods only then.
+	p.kickConvergence()
 	missing := lackingDefaults(p.current.Load().policy, byID, ctrs)
 	p.meter.Load().synchronizedWith(missing)
 	if len(missing) > 0 {
@@ -86,6 +95,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 	defer p.requests.done()
+	p.running.add(pod)
 	rec := p.record(pod)
 	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(rec.pod) != "" {
 		return nil
@@ -131,6 +141,12 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	}
 	defer p.requests.done()
 	p.records.forget(pod.GetId())
+	p.running.remove(pod.GetId())
+	if p.podState != nil {
+		if err := p.podState.Remove(pod.GetId()); err != nil {
+			p.podLog(pod).WithError(err).Warn("cannot remove the pod's state")
+		}
+	}
 	p.meter.Load().podRemoved(pod.GetId())
 	// What the plugin keeps per pod, for the churn benchmark (make
 	// bench-churn): it must drop to 0 once every pod is removed.

@@ -55,6 +55,9 @@ type podRecord struct {
 	// every write through the pid checks it is still that process.
 	sandboxPid, sandboxPidfd int
 	written                  []sysctl.Sysctl    // keys really in the pod's namespaces
+	// setOnSpec is what the plugin last put on a container's spec (spec
+	// mode), for convergence: the values runc wrote into the pod.
+	setOnSpec []sysctl.Sysctl
 	writeErrs                []podns.WriteError // keys the last attempt failed on
 	writes                   writeState
 }
@@ -245,6 +248,26 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
 }
 
+// noteSetOnSpec keeps what the plugin put on a container's spec.
+func (r *podRecord) noteSetOnSpec(applied []sysctl.Sysctl) {
+	r.mu.Lock()
+	r.setOnSpec = applied
+	r.mu.Unlock()
+}
+
+// setByPlugin is what this run of the plugin set in the pod, in either mode.
+func (r *podRecord) setByPlugin() []sysctl.Sysctl {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := append([]sysctl.Sysctl(nil), r.written...)
+	for _, s := range r.setOnSpec {
+		if !hasKey(out, s.Key()) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // holdSandbox keeps the pod's process as first seen (namespace mode).
 func (r *podRecord) holdSandbox(pid int) {
 	r.sandboxPid = pid
@@ -328,6 +351,24 @@ func (s *podRecords) forget(podID string) {
 	s.mu.Unlock()
 	if r != nil {
 		r.release()
+	}
+}
+
+// replace puts next in old's place, unless the pod was removed or its
+// record replaced meanwhile. A handler still holding old finishes with it.
+func (s *podRecords) replace(old, next *podRecord) {
+	next.id = old.id
+	next.lookupSlot = makeSlot()
+	s.mu.Lock()
+	swapped := s.pods[old.id] == old
+	if swapped {
+		s.pods[old.id] = next
+	}
+	s.mu.Unlock()
+	if swapped {
+		old.release()
+	} else {
+		next.release()
 	}
 }
 

@@ -52,6 +52,7 @@ func (p *plugin) applyConfig(cfg *config.Config) error {
 		beforeConfigStore()
 	}
 	p.current.Store(next)
+	p.kickConvergence()
 	logInheritance(p.log, prev.cfg, cfg)
 	logUnboundedProfiles(p.log, cfg)
 	return nil

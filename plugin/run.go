@@ -89,6 +89,8 @@ func Run(o Options, stderr io.Writer) int {
 		reloads = p.watchConfigFile(ctx, o.ConfigPath, o.WatchConfig, hup, rejected)
 	}
 	go p.watchReloads(ctx, o.ConfigPath, reloads)
+	p.openPodState(o.PodStateDir)
+	go p.convergeRunningPods(ctx)
 	if o.RemoveTaint {
 		if err := kubeapi.StartTaintRemoval(ctx, log, userAgent(o.Version), p.synchronized, kubeapi.Readiness{Check: p.lookupReady, Interval: time.Second}); err != nil {
 			log.WithError(err).Error("refusing to start")

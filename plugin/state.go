@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
@@ -53,7 +54,7 @@ type loaded struct {
 // Per pod: a record's lookupSlot (a one-slot channel, held by the lookup
 // in flight) before its mu; podRecords.mu before a new record's mu, which
 // no one else holds yet (record.go). Leaves: requestGate.mu (leave.go),
-// lackingContainers.mu and the meter's own.
+// lackingContainers.mu, runningPods.mu and the meter's own.
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
@@ -83,6 +84,9 @@ type plugin struct {
 	modeLogged atomic.Bool
 	// writeNamespaces is swapped in tests.
 	writeNamespaces func(podns.Target, []sysctl.Sysctl) []podns.WriteError
+	// readNamespaces reads a running pod's values (converge.go); swapped
+	// in tests.
+	readNamespaces func(podns.Target, []string) map[string]podns.Value
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
@@ -104,6 +108,13 @@ type plugin struct {
 	// noEvents unless set.
 	lastGoodPath string
 	events       eventSink
+
+	// running, convergeKick and podState serve convergence (converge.go):
+	// the pods the runtime runs, a pass asked for, and what the plugin
+	// set in each pod (nil: kept in memory only).
+	running      runningPods
+	convergeKick chan struct{}
+	podState     *podstate.Store
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {
@@ -116,11 +127,13 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		modeOverride:    modeOverride,
 		records:         newPodRecords(),
 		writeNamespaces: podns.Write,
+		readNamespaces:  podns.Read,
 		synchronized:    make(chan struct{}),
 		events:          noEvents{},
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
 		live:            liveness{stuckAfter: stuckAfter},
 		leaveWait:       leaveWait,
+		convergeKick:    make(chan struct{}, 1),
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p

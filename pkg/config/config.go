@@ -100,6 +100,10 @@ type Config struct {
 	// looked up, or decided for, within the runtime's deadline:
 	// OnLookupErrorSkip (the default) or OnLookupErrorFail.
 	OnLookupError string
+	// RunningPods says whether pods already running are brought to each
+	// config put in force (RunningPodsConverge, the default) or keep what
+	// they were created with (RunningPodsKeep).
+	RunningPods string
 	// ContainerdAddress and ContainerdNamespace, when set, say where to
 	// look pods up (the --containerd-address and --containerd-namespace
 	// defaults). A pre-installed plugin gets no flags, so its config is
@@ -160,6 +164,12 @@ const (
 	// refuses it, so that the kubelet retries it.
 	OnLookupErrorSkip = "skip"
 	OnLookupErrorFail = "fail"
+
+	// RunningPodsConverge writes each config put in force into the
+	// namespaces of the pods already running; RunningPodsKeep leaves them
+	// as they were created.
+	RunningPodsConverge = "converge"
+	RunningPodsKeep     = "keep"
 	RefusedSkip       = "skip"
 	RefusedFail       = "fail"
 )
@@ -283,7 +293,7 @@ func TextSHA256(text []byte) string {
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
-	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, UserNamespaceRefused: RefusedSkip}}
+	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, RunningPods: RunningPodsConverge, UserNamespaceRefused: RefusedSkip}}
 	p.cfg.TextSHA256 = TextSHA256(data)
 	parsed := p.parse(data)
 	// Probe even when other problems were found, so that one run lists
@@ -354,6 +364,9 @@ func (p *parser) parse(data []byte) bool {
 		},
 		"onLookupError": func(k, v *yaml.Node) {
 			p.cfg.OnLookupError = p.oneOf(v, "onLookupError", OnLookupErrorSkip, OnLookupErrorFail)
+		},
+		"runningPods": func(k, v *yaml.Node) {
+			p.cfg.RunningPods = p.oneOf(v, "runningPods", RunningPodsConverge, RunningPodsKeep)
 		},
 		"userNamespaceRefused": func(k, v *yaml.Node) {
 			p.cfg.UserNamespaceRefused = p.oneOf(v, "userNamespaceRefused", RefusedSkip, RefusedFail)

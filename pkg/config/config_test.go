@@ -23,7 +23,7 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, onLookupError, profiles, rules, sysctls, userNamespaceRefused"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, onLookupError, profiles, rules, runningPods, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: annotations, labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -344,6 +344,11 @@ func TestParseBroken(t *testing.T) {
 			want: []string{`f.yaml:1: onLookupError: "warn" is not one of: skip, fail`},
 		},
 		{
+			name: "runningPods bogus",
+			data: "runningPods: always\n",
+			want: []string{`f.yaml:1: runningPods: "always" is not one of: converge, keep`},
+		},
+		{
 			name: "mode not a string",
 			data: "mode: [spec]\nonError: {fail: true}\n",
 			want: []string{
@@ -440,7 +445,7 @@ func TestParseNoOp(t *testing.T) {
 			t.Errorf("Parse(%q): %v", data, err)
 			continue
 		}
-		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
+		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, RunningPods: RunningPodsConverge, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
 		// Present-but-empty fields may give empty, non-nil values.
 		if len(cfg.Sysctls) == 0 {
 			cfg.Sysctls = nil
@@ -535,6 +540,7 @@ func TestParseValid(t *testing.T) {
 		Mode:                 runtimemode.Namespace,
 		OnError:              OnErrorWarn,
 		OnLookupError:        OnLookupErrorSkip,
+		RunningPods:          RunningPodsConverge,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(data),
 	}
@@ -594,6 +600,7 @@ func TestLoadExample(t *testing.T) {
 		Mode:                 runtimemode.Auto,
 		OnError:              OnErrorFail,
 		OnLookupError:        OnLookupErrorSkip,
+		RunningPods:          RunningPodsConverge,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(string(readTestFile(t, "../../config/config.yaml"))),
 	}
@@ -1041,4 +1048,20 @@ func readTestFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+func TestParseRunningPods(t *testing.T) {
+	for data, want := range map[string]string{
+		"":                        RunningPodsConverge,
+		"runningPods: converge\n": RunningPodsConverge,
+		"runningPods: keep\n":     RunningPodsKeep,
+	} {
+		cfg, err := Parse("f.yaml", []byte(data), nil)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", data, err)
+		}
+		if cfg.RunningPods != want {
+			t.Errorf("Parse(%q): runningPods %q, want %q", data, cfg.RunningPods, want)
+		}
+	}
 }

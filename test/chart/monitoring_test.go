@@ -150,6 +150,7 @@ func TestTemplatePrometheusRule(t *testing.T) {
 		"NriSysctlNotRegistered":             `nri_sysctl_registered{job="nri-sysctl"} == 0`,
 		"NriSysctlPodLookupFailed":           `increase(nri_sysctl_containers_total{job="nri-sysctl", outcome=~"lookup_failed|timed_out"}[15m]) > 0`,
 		"NriSysctlNamespaceWriteFailed":      `increase(nri_sysctl_containers_total{job="nri-sysctl", outcome="write_failed"}[15m]) > 0`,
+		"NriSysctlConvergeFailed":            `increase(nri_sysctl_converge_keys_total{job="nri-sysctl", result="failed"}[15m]) > 0`,
 		"NriSysctlContainersLackingDefaults": `nri_sysctl_containers_lacking_defaults{job="nri-sysctl"} > 0`,
 		"NriSysctlConfigRejected":            `increase(nri_sysctl_config_reloads_total{job="nri-sysctl", result="failure"}[15m]) > 0`,
 		"NriSysctlConfigDiffersAcrossNodes":  `count(count by (hash) (nri_sysctl_config_info{job="nri-sysctl"})) > 1`,

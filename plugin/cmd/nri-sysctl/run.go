@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/plugin"
 )
@@ -44,6 +45,7 @@ func declareRunFlags(fs *flag.FlagSet, o *plugin.Options) {
 	fs.BoolVar(&o.AllowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")
 	fs.DurationVar(&o.WatchConfig, "watch-config", 0, "poll the config file this often and reload when its content changes, as on SIGHUP (for a Kubernetes ConfigMap volume; 0: off)")
 	fs.BoolVar(&o.RemoveTaint, "remove-taint", false, "remove the taint "+plugin.NotReadyTaint+" from this node (env NODE_NAME) once registered, synchronized and containerd answers pod lookups, through the API server as the pod's service account")
+	fs.StringVar(&o.PodStateDir, "pod-state-dir", podstate.DefaultDir, "keep what the plugin set in each running pod here (root-only; a tmpfs such as /run), so that after a restart its own values are not taken for another writer's; \"\" keeps it in memory only")
 	fs.StringVar(&o.LastGoodConfig, "last-good-config", "", "keep the text of each config put in force in this file (absolute path; written atomically, mode 0600), and start on it when the config file is rejected (default: off, a rejected config file stops the plugin)")
 	fs.BoolVar(&o.KubernetesEvents, "kubernetes-events", false, "report rejected configs as Kubernetes Events on this plugin's pod (env POD_NAME, POD_NAMESPACE, POD_UID), through the API server as the pod's service account")
 }

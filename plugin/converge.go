@@ -1,0 +1,404 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package plugin
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// Converging running pods (runningPods: converge): after the plugin has
+// synchronized with the runtime, and after each config put in force, one
+// worker brings each running pod's namespaces to what a pod created now
+// with the same attributes would get, one pod at a time, beside the NRI
+// handlers and never inside one. The per-key decision is pkg/converge's;
+// what the plugin set in each pod survives its restarts in pkg/podstate.
+
+const (
+	// convergeLookupTimeout bounds one pod's lookup during convergence,
+	// which no request deadline covers.
+	convergeLookupTimeout = 10 * time.Second
+	// yieldWait is how long the worker waits for the NRI requests under
+	// way to finish before each pod, at most: it yields to them.
+	yieldWait = 200 * time.Millisecond
+)
+
+// runningPods are the pods the runtime runs, as the worker reaches them:
+// listed at Synchronize, added at RunPodSandbox, dropped at
+// RemovePodSandbox. injected holds, per pod listed at Synchronize, what
+// its containers' nri-sysctl.io/injected annotations say the plugin set
+// on their specs before it (re)started. mu is a leaf.
+type runningPods struct {
+	mu       sync.Mutex
+	pods     map[string]*api.PodSandbox
+	injected map[string]map[string]string
+}
+
+func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
+	next := make(map[string]*api.PodSandbox, len(pods))
+	for _, pod := range pods {
+		next[pod.GetId()] = pod
+	}
+	injected := map[string]map[string]string{}
+	for _, c := range ctrs {
+		text, ok := c.GetAnnotations()[outcome.AnnotationInjected]
+		if !ok || next[c.GetPodSandboxId()] == nil {
+			continue
+		}
+		m := injected[c.GetPodSandboxId()]
+		if m == nil {
+			m = map[string]string{}
+			injected[c.GetPodSandboxId()] = m
+		}
+		for k, v := range parseInjected(text) {
+			m[k] = v
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pods, r.injected = next, injected
+}
+
+func (r *runningPods) add(pod *api.PodSandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods == nil {
+		r.pods = map[string]*api.PodSandbox{}
+	}
+	r.pods[pod.GetId()] = pod
+}
+
+func (r *runningPods) remove(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pods, id)
+	delete(r.injected, id)
+}
+
+// list is the running pods, by ID, each with what its containers'
+// annotations say the plugin set.
+func (r *runningPods) list() ([]*api.PodSandbox, map[string]map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*api.PodSandbox, 0, len(r.pods))
+	for _, pod := range r.pods {
+		out = append(out, pod)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	injected := make(map[string]map[string]string, len(r.injected))
+	for id, m := range r.injected {
+		injected[id] = m
+	}
+	return out, injected
+}
+
+// parseInjected reads an nri-sysctl.io/injected annotation
+// ("key=value,key=value"); a cut or odd part is left out.
+func parseInjected(text string) map[string]string {
+	out := map[string]string{}
+	for _, part := range strings.Split(text, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok || sysctl.ValidateNamespaced(k) != nil || sysctl.ValidateValue(v) != nil {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// kickConvergence asks the worker for a pass; a pass already asked for
+// covers it.
+func (p *plugin) kickConvergence() {
+	select {
+	case p.convergeKick <- struct{}{}:
+	default:
+	}
+}
+
+// convergeRunningPods is the worker: once the runtime has synchronized
+// with the plugin, a pass per kick, until ctx ends.
+func (p *plugin) convergeRunningPods(ctx context.Context) {
+	select {
+	case <-p.synchronized:
+	case <-ctx.Done():
+		return
+	}
+	for {
+		select {
+		case <-p.convergeKick:
+		case <-ctx.Done():
+			return
+		}
+		p.convergePass(ctx)
+	}
+}
+
+// convergePass brings every running pod to the config in force now.
+func (p *plugin) convergePass(ctx context.Context) {
+	cur := p.current.Load()
+	if cur.cfg.RunningPods == config.RunningPodsKeep {
+		return
+	}
+	pods, injected := p.running.list()
+	for _, pod := range pods {
+		if ctx.Err() != nil {
+			return
+		}
+		p.requests.waitIdle(yieldWait)
+		p.convergePod(ctx, cur, pod, injected[pod.GetId()])
+	}
+}
+
+// convergePod brings one running pod to cur: its pod's own keys, host
+// namespaces and other writers' values untouched.
+func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbox, injected map[string]string) {
+	if sb.GetPid() <= 0 {
+		return // not running: nothing to write into
+	}
+	rec := p.record(sb)
+	info, target := readSandbox(sb, true)
+	pidfd, err := podns.OpenPidfd(int(sb.GetPid()))
+	if err != nil {
+		return // gone since it was listed
+	}
+	defer closeFd(pidfd)
+	target.HeldBy(podns.Process{Pid: int(sb.GetPid()), Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
+
+	lookupCtx, cancel := context.WithTimeout(ctx, convergeLookupTimeout)
+	own, ok := p.ownSysctls(lookupCtx, rec)
+	cancel()
+	if !ok {
+		return // reported by ownSysctls; tried again at the next pass
+	}
+	memory, err := p.loadPodState(rec, injected)
+	if err != nil {
+		p.recordLog(rec).WithError(err).Warn("cannot read what the plugin set in the pod, so leaving it as it is")
+		p.meter.Load().convergeKeys("failed", 1)
+		return
+	}
+	keys := convergeKeys(cur, info, own.Own, own.GIDMappings, memory)
+	if len(keys) == 0 {
+		p.replaceRecord(rec, cur, sb, nil)
+		return
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.Name
+	}
+	live := p.readNamespaces(target, names)
+	readable := keys[:0]
+	for _, k := range keys {
+		v := live[k.Name]
+		if errors.Is(v.Err, podns.ErrSandboxExited) {
+			return // the pod went away mid-pass: quietly
+		}
+		if v.Err != nil {
+			continue // not in this namespace (a per-interface key)
+		}
+		k.Live = v.Value
+		readable = append(readable, k)
+	}
+	p.applyPlan(rec, target, converge.Plan(readable), memory)
+	p.replaceRecord(rec, cur, sb, wantedLive(readable, memory))
+}
+
+// convergeKeys is every key the plugin may act on in the pod: the ones cur
+// gives it and the ones the plugin set there before. Keys of a namespace
+// the pod shares with the host are left out: the host's are never written.
+func convergeKeys(cur *loaded, pod policy.Pod, podOwn map[string]string, gids []policy.IDMapping, memory map[string]converge.Written) []converge.Key {
+	byName := map[string]*converge.Key{}
+	key := func(name string) *converge.Key {
+		if k := byName[name]; k != nil {
+			return k
+		}
+		_, own := podOwn[name]
+		k := &converge.Key{Name: name, Written: memory[name], PodOwn: own, Writable: true}
+		byName[name] = k
+		return k
+	}
+	if !cur.policy.Empty() && cur.policy.Excluded(pod) == "" {
+		d := cur.policy.Decide(policy.Input{Pod: pod, PodOwn: podOwn, GIDMappings: gids, Writer: runtimemode.Namespace.Writer()})
+		host, errs := hostSideValues(d.Apply, gids, pod.Own)
+		for _, s := range host {
+			k := key(s.Key())
+			k.Want, k.Wanted = s.Value(), true
+		}
+		for _, e := range errs {
+			k := key(e.Key)
+			k.Want, k.Wanted, k.Writable = e.Value, true, false
+		}
+	}
+	for name := range memory {
+		key(name)
+	}
+	out := make([]converge.Key, 0, len(byName))
+	for _, k := range byName {
+		if pod.Own.Has(sysctl.NamespaceOf(k.Name)) {
+			out = append(out, *k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// loadPodState is what the plugin set in the pod: its state file, else
+// what this run wrote (namespace mode) or put on its containers' specs,
+// else what its containers' annotations say it set before a restart.
+func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[string]converge.Written, error) {
+	memory := map[string]converge.Written{}
+	if p.podState != nil {
+		m, err := p.podState.Load(rec.id)
+		if err != nil {
+			return nil, err
+		}
+		memory = m
+	}
+	if len(memory) > 0 {
+		return memory, nil
+	}
+	for k, v := range injected {
+		memory[k] = converge.Written{Set: v, HasSet: true}
+	}
+	for _, s := range rec.setByPlugin() {
+		memory[s.Key()] = converge.Written{Set: s.Value(), HasSet: true}
+	}
+	return memory, nil
+}
+
+// applyPlan carries out the plan's writes, reports what it leaves, and
+// keeps what the plugin now holds of each key (memory, updated in place)
+// in the pod's state.
+func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge.Step, memory map[string]converge.Written) {
+	m := p.meter.Load()
+	log := p.recordLog(rec)
+	var writes []sysctl.Sysctl
+	var changes []string
+	for _, s := range steps {
+		switch s.Action {
+		case converge.Write, converge.Restore:
+			writes = append(writes, sysctl.New(s.Key, s.Value))
+		case converge.LeaveToOther:
+			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("left to another writer")
+			m.convergeKeys("left_to_other", 1)
+		case converge.CannotConverge:
+			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("cannot converge")
+			m.convergeKeys("cannot_converge", 1)
+		}
+	}
+	failed := map[string]bool{}
+	if len(writes) > 0 {
+		for _, e := range p.writeNamespaces(target, writes) {
+			if errors.Is(e.Err, podns.ErrSandboxExited) {
+				return // the pod went away mid-write: quietly, nothing kept
+			}
+			failed[e.Key] = true
+			log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot converge the key in the running pod; trying again at the next convergence")
+		}
+		m.convergeKeys("failed", len(failed))
+	}
+	for _, s := range steps {
+		if failed[s.Key] {
+			continue // the plugin's memory of it stays as it was
+		}
+		switch {
+		case s.Forget:
+			delete(memory, s.Key)
+		case s.Remember.HasSet || s.Remember.HasBefore:
+			memory[s.Key] = s.Remember
+		}
+		switch s.Action {
+		case converge.Write:
+			changes = append(changes, s.Key+": "+s.Reason)
+			m.convergeKeys("written", 1)
+		case converge.Restore:
+			changes = append(changes, s.Key+": "+s.Reason)
+			m.convergeKeys("restored", 1)
+		}
+	}
+	if p.podState != nil {
+		if err := p.podState.Save(rec.id, memory); err != nil {
+			log.WithError(err).Warn("cannot keep what the plugin set in the pod")
+		}
+	}
+	if len(changes) > 0 {
+		m.podConverged()
+		log.WithField("changes", strings.Join(changes, "; ")).Info("converged running pod")
+	}
+}
+
+// wantedLive is what the plugin holds in the pod after a pass: every key
+// it set, as it set it.
+func wantedLive(keys []converge.Key, memory map[string]converge.Written) []sysctl.Sysctl {
+	var out []sysctl.Sysctl
+	for _, k := range keys {
+		if w, ok := memory[k.Name]; ok && k.Wanted && w.HasSet && w.Set == k.Want {
+			out = append(out, sysctl.New(k.Name, k.Want))
+		}
+	}
+	return out
+}
+
+// replaceRecord makes the pod's record one under cur, holding what is now
+// live of what the plugin set: the pod's next container (its spec in spec
+// mode, its annotations in both) then agrees with what converged, rather
+// than carrying the config the pod was first seen under.
+func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, written []sysctl.Sysctl) {
+	next := newPodRecord(cur, sb)
+	own, looked := old.cachedOwn()
+	next.own, next.lookedUp = own, looked
+	next.written = written
+	next.writes = writeDone
+	next.setOnSpec = written
+	p.records.replace(old, next)
+}
+
+func closeFd(fd int) {
+	if fd > 0 {
+		_ = unix.Close(fd)
+	}
+}
+
+// waitIdle waits until no NRI request is under way, at most for limit.
+func (g *requestGate) waitIdle(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		g.mu.Lock()
+		busy := g.running > 0
+		g.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// openPodState opens the directory the plugin keeps what it set per pod
+// in; convergence goes on without it (the state is then lost at a restart).
+func (p *plugin) openPodState(dir string) {
+	if dir == "" {
+		return
+	}
+	store, err := podstate.Open(dir)
+	if err != nil {
+		p.log.WithError(err).Warn("cannot keep pod state: after a restart the plugin's own values in running pods look like another writer's")
+		return
+	}
+	p.podState = store
+}

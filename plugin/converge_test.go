@@ -1,0 +1,227 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package plugin
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+)
+
+// fakeNamespaces stands in for a running pod's namespaces: what
+// readNamespaces reads and writeNamespaces writes.
+type fakeNamespaces struct {
+	mu     sync.Mutex
+	values map[string]string
+	writes []string
+}
+
+func (f *fakeNamespaces) read(_ podns.Target, keys []string) map[string]podns.Value {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]podns.Value{}
+	for _, k := range keys {
+		if v, ok := f.values[k]; ok {
+			out[k] = podns.Value{Value: v}
+		} else {
+			out[k] = podns.Value{Err: os.ErrNotExist}
+		}
+	}
+	return out
+}
+
+func (f *fakeNamespaces) write(_ podns.Target, list []sysctl.Sysctl) []podns.WriteError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range list {
+		f.values[s.Key()] = s.Value()
+		f.writes = append(f.writes, s.Key()+"="+s.Value())
+	}
+	return nil
+}
+
+// takeWrites returns the writes since the last call, sorted.
+func (f *fakeNamespaces) takeWrites() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.writes
+	f.writes = nil
+	sort.Strings(w)
+	return strings.Join(w, ",")
+}
+
+// kernelDefaults is a fresh pod namespace's values of fixture.Config's keys.
+func kernelDefaults() map[string]string {
+	return map[string]string{
+		"net.ipv4.tcp_keepalive_time":   "7200",
+		"net.ipv4.tcp_keepalive_intvl":  "75",
+		"net.ipv4.tcp_keepalive_probes": "9",
+		"kernel.msgmax":                 "8192",
+	}
+}
+
+// runningPod is a pod whose sandbox process is this test's, so that the
+// converger can hold it by pidfd.
+func runningPod(id string, nsTypes ...string) *api.PodSandbox {
+	pod := testPod(id, nsTypes...)
+	pod.Pid = uint32(os.Getpid())
+	return pod
+}
+
+func newConvergeTest(t *testing.T, cfgText, stateDir string, own map[string]string) (*plugin, *fakeNamespaces) {
+	t.Helper()
+	p := newTestPlugin(t, cfgText, &fakeFetcher{own: own})
+	ns := &fakeNamespaces{values: kernelDefaults()}
+	p.readNamespaces, p.writeNamespaces = ns.read, ns.write
+	p.openPodState(stateDir)
+	if p.podState == nil {
+		t.Fatal("no pod state")
+	}
+	return p, ns
+}
+
+func reload(t *testing.T, p *plugin, text string) {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(text), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.setConfig(cfg)
+}
+
+// Issue 35: a pod running before the plugin's first start gets the
+// defaults without a restart; a reload reaches it; a key that leaves the
+// config goes back to its value before the plugin's first write; a value
+// another writer set stays, also after the plugin restarts; the pod's own
+// key is never touched; with runningPods: keep nothing is written.
+func TestConvergeRunningPod(t *testing.T) {
+	const base = "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n  net.ipv4.tcp_keepalive_probes: 5\n"
+	dir := t.TempDir()
+	own := map[string]string{"net.ipv4.tcp_keepalive_probes": "3"}
+	p, ns := newConvergeTest(t, base+"  net.ipv4.tcp_keepalive_time: 600\n", dir, own)
+	ns.values["net.ipv4.tcp_keepalive_probes"] = "3" // the pod's own
+	pod := runningPod("c1", "network", "ipc", "uts")
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	step := func(what, want string) {
+		t.Helper()
+		p.convergePass(context.Background())
+		if got := ns.takeWrites(); got != want {
+			t.Errorf("%s: wrote %q, want %q", what, got, want)
+		}
+	}
+	step("first start", "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600")
+	step("a second pass", "")
+
+	reload(t, p, base+"  net.ipv4.tcp_keepalive_time: 650\n")
+	step("reload 600 -> 650", "net.ipv4.tcp_keepalive_time=650")
+
+	// The pod's next container carries the converged value on its spec.
+	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := adj.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_time"]; got != "650" {
+		t.Errorf("next container's spec: tcp_keepalive_time %q, want 650", got)
+	}
+
+	// Another writer; then a restart of the plugin on the same state.
+	ns.values["net.ipv4.tcp_keepalive_intvl"] = "33"
+	q, _ := newConvergeTest(t, base+"  net.ipv4.tcp_keepalive_time: 650\n", dir, own)
+	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
+	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	q.convergePass(context.Background())
+	if got := ns.takeWrites(); got != "" {
+		t.Errorf("after a restart: wrote %q, want nothing (650 is the plugin's own, 33 another writer's)", got)
+	}
+	if ns.values["net.ipv4.tcp_keepalive_intvl"] != "33" {
+		t.Errorf("another writer's value overwritten: %q", ns.values["net.ipv4.tcp_keepalive_intvl"])
+	}
+
+	// The key leaves the config: back to the kernel's 7200.
+	reload(t, q, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
+	q.convergePass(context.Background())
+	if got := ns.takeWrites(); got != "net.ipv4.tcp_keepalive_time=7200" {
+		t.Errorf("removed key: wrote %q, want net.ipv4.tcp_keepalive_time=7200", got)
+	}
+	if ns.values["net.ipv4.tcp_keepalive_probes"] != "3" {
+		t.Errorf("the pod's own value changed: %q", ns.values["net.ipv4.tcp_keepalive_probes"])
+	}
+
+	reload(t, q, "mode: spec\nrunningPods: keep\nsysctls:\n  net.ipv4.tcp_keepalive_time: 900\n")
+	q.convergePass(context.Background())
+	if got := ns.takeWrites(); got != "" {
+		t.Errorf("runningPods: keep: wrote %q", got)
+	}
+}
+
+// Host namespaces are never written, excluded pods are put back once and
+// left alone, a pod not running is skipped, and a spec-mode pod's
+// injected annotation counts as the plugin's own value.
+func TestConvergeLeavesWhatIsNotThePlugins(t *testing.T) {
+	p, ns := newConvergeTest(t, testConfig, t.TempDir(), nil)
+	hostNet := runningPod("hn", "uts") // hostNetwork and hostIPC
+	excluded := runningPod("ex", "network", "ipc")
+	excluded.Namespace = "kube-system"
+	stopped := testPod("st", "network", "ipc")
+	stopped.Pid = 0
+	spec := runningPod("sp", "network", "ipc")
+	ns.values["net.ipv4.tcp_keepalive_time"] = "500" // an older config's, by its annotation
+	ctrs := []*api.Container{{PodSandboxId: "sp", Annotations: map[string]string{outcome.AnnotationInjected: "net.ipv4.tcp_keepalive_time=500"}}}
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{hostNet, excluded, stopped}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.convergePass(context.Background())
+	if got := ns.takeWrites(); got != "" {
+		t.Errorf("host-namespace, excluded and stopped pods: wrote %q", got)
+	}
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{spec}, ctrs); err != nil {
+		t.Fatal(err)
+	}
+	p.convergePass(context.Background())
+	if got, want := ns.takeWrites(), "kernel.msgmax=16384,net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"; got != want {
+		t.Errorf("spec-mode pod: wrote %q, want %q", got, want)
+	}
+	state, err := p.podState.Load("sp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := state["net.ipv4.tcp_keepalive_time"]; w.HasBefore || w.Set != "600" {
+		t.Errorf("state of a key the plugin set before its restart: %+v; want set 600 and no value before (500 was the plugin's)", w)
+	}
+}
+
+// The state directory is the one podstate checks: a pod's file is gone
+// when the pod is removed.
+func TestConvergeStateFollowsThePod(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := newConvergeTest(t, testConfig, dir, nil)
+	pod := runningPod("rm", "network", "ipc")
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.convergePass(context.Background())
+	if _, err := os.Stat(dir + "/rm.json"); err != nil {
+		t.Fatalf("no state after a convergence: %v", err)
+	}
+	if err := p.RemovePodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir + "/rm.json"); !os.IsNotExist(err) {
+		t.Errorf("state kept after the pod's removal: %v", err)
+	}
+}
