@@ -1,0 +1,130 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConvergeRunningPods (issue 35): pods that run before the plugin's
+// first start get the defaults without a restart; a reload reaches them;
+// a key that leaves the config goes back to the value the pod had before
+// the plugin's first write, also after a restart of the plugin; a value
+// another writer set stays; the pod's own value, an excluded pod, a
+// hostNetwork pod's net keys and the host's values are untouched. Every
+// value is read inside the pods' containers, or on the host.
+func TestConvergeRunningPods(t *testing.T) {
+	const space, excludedSpace = "e2e-converge", "e2e-converge-excluded"
+	c := getCluster(t)
+	checkMeaningful(t, nodeDefaults)
+	keys := sortedKeys(nodeDefaults)
+	kernel := only(c.kernel, keys...)
+	stateDir := filepath.Join(t.TempDir(), "pods")
+	exclude := "exclude:\n  namespaces: [" + excludedSpace + "]\n"
+
+	plain := runPod(t, PodSpec{Name: "plain", Namespace: space})
+	own := runPod(t, PodSpec{Name: "own", Namespace: space, Sysctls: map[string]string{"net.ipv4.tcp_keepalive_intvl": "33"}})
+	excluded := runPod(t, PodSpec{Name: "excluded", Namespace: excludedSpace})
+	hostNet := runPod(t, PodSpec{Name: "hostnet", Namespace: space, HostNetwork: true})
+	ctr := map[*Pod]string{}
+	for _, pod := range []*Pod{plain, own, excluded, hostNet} {
+		ctr[pod] = runContainer(t, pod, "app")
+	}
+	wantSysctls(t, "plain pod before the plugin", readSysctls(t, ctr[plain], keys...), kernel)
+	hostBefore := map[string]string{}
+	for _, k := range keys {
+		hostBefore[k] = hostSysctl(t, k)
+	}
+	// What each pod holds once converged to defaults: the pod's own key,
+	// the host's net keys in the hostNetwork pod (its IPC is its own).
+	expect := func(defaults map[string]string) map[*Pod]map[string]string {
+		return map[*Pod]map[string]string{
+			plain:    defaults,
+			own:      with(defaults, "net.ipv4.tcp_keepalive_intvl", "33"),
+			excluded: kernel,
+			hostNet:  with(only(hostBefore, keys...), "kernel.msgmax", defaults["kernel.msgmax"]),
+		}
+	}
+	converged := func(what string, want map[*Pod]map[string]string) {
+		t.Helper()
+		waitUntil(t, 20*time.Second, what, func() (bool, string) {
+			for pod, w := range want {
+				got := readSysctls(t, ctr[pod], keys...)
+				if !mapsEqualOn(got, w, keys) {
+					return false, fmt.Sprintf("%s: %v, want %v", pod.Spec.Name, got, w)
+				}
+			}
+			return true, ""
+		})
+		for _, k := range keys {
+			if v := hostSysctl(t, k); v != hostBefore[k] {
+				t.Errorf("%s: the host's %s changed: %q, was %q", what, k, v, hostBefore[k])
+			}
+		}
+	}
+
+	first := startPlugin(t, defaultsYAML(nodeDefaults)+exclude, "--pod-state-dir", stateDir)
+	converged("pods running before the plugin's first start", expect(nodeDefaults))
+
+	// Another writer (an operator by hand) sets a key the plugin set.
+	const otherValue = "41"
+	setInPod(t, c, plain, "net.ipv4.tcp_keepalive_intvl", otherValue)
+
+	// A reload to a new value, with kernel.msgmax out of the config.
+	next := with(nodeDefaults, "net.ipv4.tcp_keepalive_time", "650")
+	delete(next, "kernel.msgmax")
+	rewriteConfig(t, first.configPath, defaultsYAML(next)+exclude)
+	sighup(t, first)
+	afterReload := expect(with(next, "kernel.msgmax", kernel["kernel.msgmax"]))
+	afterReload[plain] = with(afterReload[plain], "net.ipv4.tcp_keepalive_intvl", otherValue)
+	afterReload[hostNet] = with(afterReload[hostNet], "kernel.msgmax", kernel["kernel.msgmax"])
+	converged("a reload (650, kernel.msgmax removed, another writer's intvl)", afterReload)
+
+	// A restart of the plugin on the same state: the plugin's own values
+	// are known as its own, so tcp_keepalive_time, once out of the config,
+	// goes back to the kernel's, and the other writer's value still stays.
+	first.stop()
+	last := with(next, "net.ipv4.tcp_keepalive_time", kernel["net.ipv4.tcp_keepalive_time"])
+	delete(last, "net.ipv4.tcp_keepalive_time")
+	startPlugin(t, defaultsYAML(last)+exclude, "--pod-state-dir", stateDir)
+	afterRestart := expect(with(last, "net.ipv4.tcp_keepalive_time", kernel["net.ipv4.tcp_keepalive_time"]))
+	for pod := range afterRestart {
+		afterRestart[pod] = with(afterRestart[pod], "kernel.msgmax", kernel["kernel.msgmax"])
+	}
+	afterRestart[hostNet] = with(afterRestart[hostNet], "net.ipv4.tcp_keepalive_time", hostBefore["net.ipv4.tcp_keepalive_time"])
+	afterRestart[plain] = with(afterRestart[plain], "net.ipv4.tcp_keepalive_intvl", otherValue)
+	converged("a restart with tcp_keepalive_time out of the config", afterRestart)
+}
+
+// setInPod writes key=value into the pod's network namespace from the
+// host, as an operator would by hand.
+func setInPod(t *testing.T, c *cluster, pod *Pod, key, value string) {
+	t.Helper()
+	out, err := c.crictlRaw("inspectp", "-o", "json", pod.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	nss, _ := jsonPath(v, "info", "runtimeSpec", "linux", "namespaces")
+	list, _ := nss.([]any)
+	for _, ns := range list {
+		m, _ := ns.(map[string]any)
+		if path, _ := m["path"].(string); m["type"] == "network" && path != "" {
+			file := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+			if out, err := c.command("nsenter", "--net="+path, "sh", "-c", "echo "+value+" > "+file).CombinedOutput(); err != nil {
+				t.Fatalf("set %s=%s in pod %s: %v\n%s", key, value, pod.Spec.Name, err, out)
+			}
+			return
+		}
+	}
+	t.Fatalf("no network namespace path for pod %s", pod.Spec.Name)
+}
