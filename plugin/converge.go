@@ -153,7 +153,7 @@ func (p *plugin) convergeRunningPods(ctx context.Context) {
 // convergePass brings every running pod to the config in force now.
 func (p *plugin) convergePass(ctx context.Context) {
 	cur := p.current.Load()
-	if cur.cfg.RunningPods == config.RunningPodsKeep {
+	if p.runningPods(cur.cfg) == config.RunningPodsKeep {
 		return
 	}
 	pods, injected := p.running.list()
@@ -164,6 +164,15 @@ func (p *plugin) convergePass(ctx context.Context) {
 		p.requests.waitIdle(yieldWait)
 		p.convergePod(ctx, cur, pod, injected[pod.GetId()])
 	}
+}
+
+// runningPods is what becomes of running pods under cfg: --running-pods,
+// else the config's runningPods.
+func (p *plugin) runningPods(cfg *config.Config) string {
+	if p.runningPodsOverride != "" {
+		return p.runningPodsOverride
+	}
+	return cfg.RunningPods
 }
 
 // convergePod brings one running pod to cur: its pod's own keys, host

@@ -225,3 +225,16 @@ func TestConvergeStateFollowsThePod(t *testing.T) {
 		t.Errorf("state kept after the pod's removal: %v", err)
 	}
 }
+
+// --running-pods keep wins over the config's converge.
+func TestConvergeFlagKeeps(t *testing.T) {
+	p, ns := newConvergeTest(t, testConfig, t.TempDir(), nil)
+	p.runningPodsOverride = config.RunningPodsKeep
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{runningPod("k", "network", "ipc")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.convergePass(context.Background())
+	if got := ns.takeWrites(); got != "" {
+		t.Errorf("--running-pods keep: wrote %q", got)
+	}
+}

@@ -44,6 +44,8 @@ type Options struct {
 	// PodStateDir keeps what the plugin set in each running pod across
 	// its restarts ("" for memory only).
 	PodStateDir string
+	// RunningPods overrides the config's runningPods when set.
+	RunningPods string
 }
 
 // ContainerdFlags name the containerd whose pods are looked up. A flag

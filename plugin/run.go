@@ -90,6 +90,7 @@ func Run(o Options, stderr io.Writer) int {
 	}
 	go p.watchReloads(ctx, o.ConfigPath, reloads)
 	p.openPodState(o.PodStateDir)
+	p.runningPodsOverride = o.RunningPods
 	go p.convergeRunningPods(ctx)
 	if o.RemoveTaint {
 		if err := kubeapi.StartTaintRemoval(ctx, log, userAgent(o.Version), p.synchronized, kubeapi.Readiness{Check: p.lookupReady, Interval: time.Second}); err != nil {

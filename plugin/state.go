@@ -115,6 +115,9 @@ type plugin struct {
 	running      runningPods
 	convergeKick chan struct{}
 	podState     *podstate.Store
+	// runningPodsOverride is --running-pods: it wins over the config's
+	// runningPods when set, as --mode wins over its mode.
+	runningPodsOverride string
 }
 
 func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runtimemode.Mode) *plugin {

@@ -299,11 +299,12 @@ func (d daemonSet) envFieldRefs() map[string]any {
 	return refs
 }
 
-// The defaults: the kernel check on, in spec mode too, with what it
+// The defaults but runningPods: keep (TestTemplateRunningPods has
+// converge's privileges): the kernel check on, in spec mode too, with what it
 // needs; the last good config kept in a hostPath directory; Events on the
 // plugin's pod, with a namespaced Role, the token and the pod's identity.
 func TestTemplateSpecMode(t *testing.T) {
-	d, objs := renderDaemonSet(t)
+	d, objs := renderDaemonSet(t, "runningPods=keep")
 	checkCommon(t, d)
 	checkKernelCheckPrivileges(t, d)
 	if want := []string{"SETGID", "SETUID", "SYS_ADMIN"}; !reflect.DeepEqual(d.addedCaps(), want) {
@@ -374,7 +375,7 @@ func checkEventsRole(t *testing.T, objs []obj) {
 
 // kernelCheck: false, explicitly, keeps spec mode unprivileged.
 func TestTemplateSpecModeWithoutKernelCheck(t *testing.T) {
-	d, _ := renderDaemonSet(t, "kernelCheck=false")
+	d, _ := renderDaemonSet(t, "kernelCheck=false", "runningPods=keep")
 	checkCommon(t, d)
 	if caps := d.addedCaps(); len(caps) != 0 {
 		t.Errorf("spec mode without the kernel check adds capabilities %v, want none", caps)
@@ -435,13 +436,13 @@ func TestTemplateAutoMode(t *testing.T) {
 // through /proc/1/ns, so in spec mode a config that uses it gets hostPID
 // and CAP_SYS_PTRACE, and one that does not stays without.
 func TestTemplateSpecModeInheritFromHost(t *testing.T) {
-	plain, _ := renderDaemonSet(t)
+	plain, _ := renderDaemonSet(t, "runningPods=keep")
 	if get(plain.pod, "hostPID") != nil || slices.Contains(plain.addedCaps(), "SYS_PTRACE") {
 		t.Errorf("spec mode without inheritFromHost: hostPID %v, caps %v; want neither", get(plain.pod, "hostPID"), plain.addedCaps())
 	}
 	for _, sets := range [][]string{
-		{"config=inheritFromHost: [net.ipv4.tcp_keepalive_*]"},
-		{"existingConfigMap=mine", "hostNamespaceAccess=true"},
+		{"config=inheritFromHost: [net.ipv4.tcp_keepalive_*]", "runningPods=keep"},
+		{"existingConfigMap=mine", "hostNamespaceAccess=true", "runningPods=keep"},
 	} {
 		d, _ := renderDaemonSet(t, sets...)
 		if get(d.pod, "hostPID") != true || !slices.Contains(d.addedCaps(), "SYS_PTRACE") {
@@ -467,7 +468,7 @@ func TestTemplateK3sSocketAndSharedDirectory(t *testing.T) {
 		t.Errorf("extraEnv: env %v", env)
 	}
 	// Both sockets in one directory: one volume, mounted once.
-	d, _ = renderDaemonSet(t, "containerd.socket=/run/x/containerd.sock", "nri.socket=/run/x/nri.sock", "lastGoodConfigDir=")
+	d, _ = renderDaemonSet(t, "containerd.socket=/run/x/containerd.sock", "nri.socket=/run/x/nri.sock", "lastGoodConfigDir=", "runningPods=keep")
 	if len(d.hostDirs()) != 1 {
 		t.Errorf("one directory for both sockets: hostPaths %v", d.hostDirs())
 	}
@@ -889,5 +890,30 @@ func TestNotesWithoutNodePolicy(t *testing.T) {
 	}
 	if n := renderNotes(t, "nodePolicy.enabled=false", "removeTaint=false"); strings.Contains(n, "nodePolicy") {
 		t.Errorf("no taint removal, no ClusterRole: the notes should not warn:\n%s", n)
+	}
+}
+
+// Issue 35: runningPods: converge (the default) writes into running pods'
+// namespaces in spec mode too, so the chart grants namespace mode's
+// privileges, the network namespaces' directory and a node directory for
+// the pod state; keep drops them all.
+func TestTemplateRunningPods(t *testing.T) {
+	d, _ := renderDaemonSet(t)
+	if want := []string{"NET_ADMIN", "SETGID", "SETUID", "SYS_ADMIN", "SYS_PTRACE"}; !reflect.DeepEqual(d.addedCaps(), want) {
+		t.Errorf("spec mode, converge: adds %v, want namespace mode's %v", d.addedCaps(), want)
+	}
+	dirs := d.hostDirs()
+	if get(d.pod, "hostPID") != true || !d.hasArg("--running-pods=converge") || !d.hasArg("--pod-state-dir=/run/nri-sysctl/pods") ||
+		dirs["/run/nri-sysctl"] != [2]string{"/run/nri-sysctl", "DirectoryOrCreate"} || dirs["/var/run/netns"] == [2]string{} {
+		t.Errorf("spec mode, converge: hostPID %v, args %v, hostPaths %v", get(d.pod, "hostPID"), d.args, dirs)
+	}
+	d, _ = renderDaemonSet(t, "runningPods=keep")
+	dirs = d.hostDirs()
+	if get(d.pod, "hostPID") == true || slices.Contains(d.addedCaps(), "SYS_PTRACE") || !d.hasArg("--running-pods=keep") || !d.hasArg("--pod-state-dir=") ||
+		dirs["/run/nri-sysctl"] != [2]string{} || dirs["/var/run/netns"] != [2]string{} {
+		t.Errorf("spec mode, keep: hostPID %v, caps %v, args %v, hostPaths %v", get(d.pod, "hostPID"), d.addedCaps(), d.args, dirs)
+	}
+	if _, err := renderText(t, "runningPods=always"); err == nil {
+		t.Error("runningPods=always rendered")
 	}
 }

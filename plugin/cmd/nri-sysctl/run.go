@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/plugin"
@@ -40,6 +41,13 @@ func declareRunFlags(fs *flag.FlagSet, o *plugin.Options) {
 	fs.Func("mode", "override the config's mode: "+strings.Join(runtimemode.Names(), ", "), func(s string) (err error) {
 		o.Mode, err = runtimemode.Parse(s)
 		return err
+	})
+	fs.Func("running-pods", "override the config's runningPods: converge (bring running pods to each config put in force) or keep (only pods created from now on get it)", func(s string) error {
+		if s != config.RunningPodsConverge && s != config.RunningPodsKeep {
+			return fmt.Errorf("%q is not one of: %s, %s", s, config.RunningPodsConverge, config.RunningPodsKeep)
+		}
+		o.RunningPods = s
+		return nil
 	})
 	declareSkipKernelCheck(fs, &o.SkipKernelCheck)
 	fs.BoolVar(&o.AllowInsecureConfig, "allow-insecure-config", false, "accept a config file that is not owned by root or is writable by group or others")

@@ -80,3 +80,16 @@ func TestContainerdFlagsGiven(t *testing.T) {
 		t.Errorf("no containerd flag: %+v %v, want neither set", o.Containerd, err)
 	}
 }
+
+// Issue 35: --running-pods takes converge or keep, and the plugin's pod
+// state has a default directory.
+func TestRunningPodsFlag(t *testing.T) {
+	var stderr strings.Builder
+	if _, err := parseRunFlags([]string{"--running-pods", "always"}, &stderr); err == nil || !strings.Contains(stderr.String(), `"always" is not one of: converge, keep`) {
+		t.Errorf("--running-pods always: err %v, stderr %q", err, stderr.String())
+	}
+	o, err := parseRunFlags([]string{"--running-pods", "keep"}, io.Discard)
+	if err != nil || o.RunningPods != "keep" || o.PodStateDir != "/run/nri-sysctl/pods" {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
