@@ -54,12 +54,12 @@ type podRecord struct {
 	// pidfd taken then (0 if none; closed when the record is dropped):
 	// every write through the pid checks it is still that process.
 	sandboxPid, sandboxPidfd int
-	written                  []sysctl.Sysctl    // keys really in the pod's namespaces
+	written                  []sysctl.Sysctl // keys really in the pod's namespaces
 	// setOnSpec is what the plugin last put on a container's spec (spec
 	// mode), for convergence: the values runc wrote into the pod.
 	setOnSpec []sysctl.Sysctl
-	writeErrs                []podns.WriteError // keys the last attempt failed on
-	writes                   writeState
+	writeErrs []podns.WriteError // keys the last attempt failed on
+	writes    writeState
 }
 
 // newPodRecord is the record of a pod first seen now, under cfg.

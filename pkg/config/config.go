@@ -170,8 +170,8 @@ const (
 	// as they were created.
 	RunningPodsConverge = "converge"
 	RunningPodsKeep     = "keep"
-	RefusedSkip       = "skip"
-	RefusedFail       = "fail"
+	RefusedSkip         = "skip"
+	RefusedFail         = "fail"
 )
 
 // KeptInAnotherForm lists the entries, defaults, rules then profiles, whose value

@@ -175,6 +175,10 @@ type workload struct {
 	node        string // spec.nodeName; "": the scheduler's choice
 	hostNetwork bool
 	sysctls     map[string]string // the pod's own securityContext.sysctls
+	// tolerateNotReady: the pod runs on a node that still has the
+	// plugin's not-ready taint, as a workload already running when the
+	// plugin is installed on a live cluster.
+	tolerateNotReady bool
 }
 
 func (k *k8sCluster) createWorkload(t *testing.T, w workload) {
@@ -189,6 +193,10 @@ func (k *k8sCluster) createWorkload(t *testing.T, w workload) {
 			"name": "app", "image": busyboxImage, "imagePullPolicy": "Never",
 			"command": []string{"sleep", "3600"},
 		}},
+	}
+	if w.tolerateNotReady {
+		key, effect, _ := strings.Cut(notReadyTaint, ":")
+		spec["tolerations"] = []any{map[string]string{"key": key, "operator": "Exists", "effect": effect}}
 	}
 	if len(w.sysctls) > 0 {
 		var list []any
@@ -516,6 +524,25 @@ func TestK8sFleet(t *testing.T) {
 		logf("early pod before the plugin: %s %+v", p.Status.Phase, p.Status.Conditions)
 	}
 
+	// Issue 35: a workload already running when the plugin is installed
+	// (here: one that tolerates the taint) gets the defaults without a
+	// restart, and later ConfigMap edits.
+	running := workload{name: "running-before-install", tolerateNotReady: true}
+	k.createWorkload(t, running)
+	k.waitPodRunning(t, k8sTestNamespace, running.name, 2*time.Minute)
+	runningCtr := c.containerOf(t, k8sTestNamespace, running.name, "app")
+	wantSysctls(t, "pod running before helm install", readSysctls(t, runningCtr, sortedKeys(k8sDefaults)...), only(c.kernel, sortedKeys(k8sDefaults)...))
+	runningGets := func(t *testing.T, what string, want map[string]string) {
+		t.Helper()
+		waitUntil(t, 30*time.Second, what, func() (bool, string) {
+			got := readSysctls(t, runningCtr, sortedKeys(k8sDefaults)...)
+			return mapsEqualOn(got, want, sortedKeys(k8sDefaults)), fmt.Sprintf("%v", got)
+		})
+		if id := c.containerOf(t, k8sTestNamespace, running.name, "app"); id != runningCtr {
+			t.Errorf("%s: its container was replaced (%s, was %s)", what, id, runningCtr)
+		}
+	}
+
 	metrics := pluginHasMetrics(t, c.pluginBin)
 	values := map[string]any{
 		// The tag: the packaged chart's default (packagedChart).
@@ -543,11 +570,11 @@ func TestK8sFleet(t *testing.T) {
 	if os.Getenv("NRI_SYSCTL_E2E_K8S_NODE_POLICY") == "false" {
 		values["nodePolicy"] = map[string]any{"enabled": false}
 	}
-	if chartMode != "spec" {
-		dir := c.netnsDir(t)
-		values["netnsDir"] = dir
-		shareDir(t, dir)
-	}
+	// Namespace mode, or converging running pods (the default): the
+	// plugin reaches pods' network namespaces.
+	netnsDir := c.netnsDir(t)
+	values["netnsDir"] = netnsDir
+	shareDir(t, netnsDir)
 	valuesFile := filepath.Join(k.dir, "values.json")
 	data, _ := json.Marshal(values)
 	if err := os.WriteFile(valuesFile, data, 0o600); err != nil {
@@ -573,6 +600,7 @@ func TestK8sFleet(t *testing.T) {
 		got := readSysctls(t, c.containerOf(t, k8sTestNamespace, early.name, "app"), sortedKeys(k8sDefaults)...)
 		wantSysctls(t, "pod created before the plugin was ready", got, k8sDefaults)
 		k.deletePod(t, k8sTestNamespace, early.name)
+		runningGets(t, "the pod running before helm install converged, without a restart", k8sDefaults)
 		if logs := k.pluginLogsAll(t, plugin); !strings.Contains(logs, "removed the not-ready taint") {
 			t.Errorf("plugin log does not say it removed the taint:\n%s", logs)
 		}
@@ -606,6 +634,8 @@ func TestK8sFleet(t *testing.T) {
 			t.Errorf("the edit took %s to reach the plugin, more than %s", time.Since(editAt), limit)
 		}
 		wantSysctls(t, "pod created after the edit", k.workloadValues(t, workload{name: "edited"}), edited)
+		runningGets(t, "the pod running since before helm install, after the edit", edited)
+		k.deletePod(t, k8sTestNamespace, running.name)
 	})
 
 	// Issue 21: with the chart's defaults (the kernel check on in both
