@@ -6,6 +6,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -224,7 +225,11 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		k.Live = v.Value
 		readable = append(readable, k)
 	}
-	p.applyPlan(rec, target, converge.Plan(readable), memory)
+	if p.applyPlan(rec, target, converge.Plan(readable), memory) {
+		// Its containers see the defaults now, whatever their
+		// annotations say: no longer lacking (Synchronize's count).
+		p.meter.Load().podHealed(rec.id)
+	}
 	p.replaceRecord(rec, cur, sb, wantedLive(readable, memory))
 }
 
@@ -293,8 +298,9 @@ func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[s
 
 // applyPlan carries out the plan's writes, reports what it leaves, and
 // keeps what the plugin now holds of each key (memory, updated in place)
-// in the pod's state.
-func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge.Step, memory map[string]converge.Written) {
+// in the pod's state. converged is false when a key failed or cannot
+// converge.
+func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge.Step, memory map[string]converge.Written) (converged bool) {
 	m := p.meter.Load()
 	log := p.recordLog(rec)
 	var writes []sysctl.Sysctl
@@ -315,7 +321,7 @@ func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge
 	if len(writes) > 0 {
 		for _, e := range p.writeNamespaces(target, writes) {
 			if errors.Is(e.Err, podns.ErrSandboxExited) {
-				return // the pod went away mid-write: quietly, nothing kept
+				return false // the pod went away mid-write: quietly, nothing kept
 			}
 			failed[e.Key] = true
 			log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot converge the key in the running pod; trying again at the next convergence")
@@ -350,6 +356,7 @@ func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge
 		m.podConverged()
 		log.WithField("changes", strings.Join(changes, "; ")).Info("converged running pod")
 	}
+	return len(failed) == 0 && !slices.ContainsFunc(steps, func(s converge.Step) bool { return s.Action == converge.CannotConverge })
 }
 
 // wantedLive is what the plugin holds in the pod after a pass: every key

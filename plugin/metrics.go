@@ -273,6 +273,14 @@ func (m *metrics) convergeKeys(result string, n int) {
 	m.convergedKeys[result].Add(float64(n))
 }
 
+// podHealed: the pod's containers have the defaults now (a convergence).
+func (m *metrics) podHealed(podID string) {
+	if m == nil {
+		return
+	}
+	m.lacking.forget(podID)
+}
+
 // podConverged counts a running pod a convergence changed.
 func (m *metrics) podConverged() {
 	if m == nil {

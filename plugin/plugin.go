@@ -74,7 +74,11 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	missing := lackingDefaults(p.current.Load().policy, byID, ctrs)
 	p.meter.Load().synchronizedWith(missing)
 	if len(missing) > 0 {
-		p.log.WithField("containers", len(missing)).Warn("running containers lack the node's sysctl defaults: they were created while the plugin was not registered; they get them when their pod creates its next container")
+		then := "they get them when their pod creates its next container (runningPods: keep)"
+		if p.runningPods(p.current.Load().cfg) != config.RunningPodsKeep {
+			then = "their pods converge now (runningPods: converge)"
+		}
+		p.log.WithField("containers", len(missing)).Warn("running containers lack the node's sysctl defaults: they were created while the plugin was not registered; " + then)
 		for _, c := range missing {
 			pod := byID[c.GetPodSandboxId()]
 			p.podLog(pod).WithField("container", c.GetName()).Info("lacks the node's sysctl defaults")

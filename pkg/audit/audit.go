@@ -16,9 +16,11 @@ import (
 	"text/tabwriter"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
 	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -49,6 +51,10 @@ type Request struct {
 	UserNamespaceRefusals func(*config.Config) policy.UserNamespaceRefusals
 	// Warnings gets what audit could not read but judged anyway.
 	Warnings io.Writer
+	// PodState, with Read, is what the plugin set in each pod
+	// (runningPods: converge): a key the plugin set whose live value
+	// another writer changed is listed apart, not as lacking. nil: none.
+	PodState *podstate.Store
 }
 
 // Run judges, for each running container, whether it has the node's
@@ -78,6 +84,7 @@ func Run(ctx context.Context, r Request) ([]Line, error) {
 		in := auditInput{annotations: c.annotations, policy: pol, decision: c.pod.decision}
 		if r.Read {
 			in.live = c.pod.liveValues(pol)
+			in.state = c.pod.setByPlugin(r.PodState, r.Warnings)
 		}
 		lines = append(lines, Line{c: c, verdict: judge(in)})
 	}
@@ -95,11 +102,17 @@ type auditInput struct {
 	// live holds --read's values in the pod's namespaces, or why a key
 	// could not be read; nil without --read.
 	live map[string]podns.Value
+	// state is what the plugin last set in the pod, and what was there
+	// before its first write, per key; empty without a pod state.
+	state map[string]converge.Written
 }
 
 type verdict struct {
 	ok  bool
 	why string
+	// leftToOther lists keys whose live value another writer set after
+	// the plugin: the plugin leaves them, so they count as converged.
+	leftToOther []string
 	// cannotTell: the pod's values could not be read because its process
 	// exited meanwhile (the pod is going away, or its pid names another
 	// process now); neither ok nor lacking.
@@ -123,7 +136,7 @@ func judge(in auditInput) verdict {
 		case len(d.Apply) == 0:
 			return verdict{ok: true, why: "nothing to apply"}
 		}
-		var wrong, gone []string
+		var wrong, gone, other []string
 		for _, s := range d.Apply {
 			want := s.Value()
 			// Read from the host's user namespace: host GIDs.
@@ -137,6 +150,8 @@ func judge(in auditInput) verdict {
 			case got.Err != nil:
 				wrong = append(wrong, s.Key()+": cannot read: "+got.Err.Error())
 			case sameValue(got.Value, want):
+			case setByOther(in.state[s.Key()], got.Value):
+				other = append(other, fmt.Sprintf("%s=%s (the plugin set %s)", s.Key(), got.Value, in.state[s.Key()].Set))
 			default:
 				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.Value, want))
 			}
@@ -146,6 +161,9 @@ func judge(in auditInput) verdict {
 		}
 		if len(gone) > 0 {
 			return verdict{cannotTell: true, why: "cannot tell: the pod's process exited while audit read it: " + strings.Join(gone, "; ")}
+		}
+		if len(other) > 0 {
+			return verdict{ok: true, leftToOther: other, why: fmt.Sprintf("live values match (%d key(s)), but for %d left to another writer: %s", len(d.Apply)-len(other), len(other), strings.Join(other, "; "))}
 		}
 		return verdict{ok: true, why: fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
 	}
@@ -172,6 +190,29 @@ func judge(in auditInput) verdict {
 	return verdict{ok: false, why: "no nri-sysctl annotation: created while the plugin was not registered"}
 }
 
+// setByOther: the plugin set the key, and its live value is neither what
+// it set nor what was there before its first write (converge.Plan's rule).
+func setByOther(w converge.Written, live string) bool {
+	return w.HasSet && !sameValue(live, w.Set) && !(w.HasBefore && sameValue(live, w.Before))
+}
+
+// setByPlugin is the pod's state, once per pod; a state audit cannot read
+// is warned of and counts as none.
+func (p *auditPod) setByPlugin(store *podstate.Store, warnings io.Writer) map[string]converge.Written {
+	if store == nil || p.id == "" {
+		return nil
+	}
+	if p.state == nil {
+		state, err := store.Load(p.id)
+		if err != nil {
+			fmt.Fprintf(warnings, "warning: pod %s/%s: %v; judging it without what the plugin set\n", p.namespace, p.name, err)
+			state = map[string]converge.Written{}
+		}
+		p.state = state
+	}
+	return p.state
+}
+
 // sameValue compares sysctl values as the kernel prints them: fields may
 // be separated by tabs ("0\t2147483647") where the config has spaces.
 func sameValue(a, b string) bool {
@@ -180,7 +221,9 @@ func sameValue(a, b string) bool {
 
 // auditPod is one ready pod sandbox.
 type auditPod struct {
-	namespace, name string
+	id, namespace, name string
+	// state is what the plugin set in the pod (setByPlugin), read once.
+	state map[string]converge.Written
 	decision        policy.Input
 	// process is a process in the pod's namespaces (the sandbox's, or else
 	// one of its running containers'), with a pidfd taken when audit first
@@ -220,7 +263,7 @@ func auditContainers(ctx context.Context, found []cri.Container, lookups bool, a
 	for _, c := range found {
 		pod := pods[c.Pod]
 		if pod == nil {
-			pod = &auditPod{namespace: c.Pod.Namespace, name: c.Pod.Name, process: podns.Process{Pid: int(c.Pod.Pid), NetPath: c.Pod.NetNSPath}}
+			pod = &auditPod{id: c.Pod.ID, namespace: c.Pod.Namespace, name: c.Pod.Name, process: podns.Process{Pid: int(c.Pod.Pid), NetPath: c.Pod.NetNSPath}}
 			if pod.process.Pid > 0 {
 				// Taken now, closed when audit exits: a pid that is
 				// another process by the time audit reads is caught.
@@ -279,7 +322,7 @@ func (p *auditPod) liveValues(pol *policy.Policy) map[string]podns.Value {
 func Print(w io.Writer, lines []Line) int {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATUS\tPOD\tCONTAINER\tID\tWHY")
-	var lacking, unknown []Line
+	var lacking, unknown, other []Line
 	for _, l := range lines {
 		status := "ok"
 		switch {
@@ -289,6 +332,9 @@ func Print(w io.Writer, lines []Line) int {
 		case !l.verdict.ok:
 			status = "LACKING"
 			lacking = append(lacking, l)
+		case len(l.verdict.leftToOther) > 0:
+			status = "ok*"
+			other = append(other, l)
 		}
 		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", status, l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id, l.verdict.why)
 	}
@@ -297,6 +343,12 @@ func Print(w io.Writer, lines []Line) int {
 		fmt.Fprintf(w, "cannot tell for %d of %d running container(s): their pod's process exited while audit read it (run audit again):\n", len(unknown), len(lines))
 		for _, l := range unknown {
 			fmt.Fprintf(w, "  %s/%s container %s (%s)\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id)
+		}
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(w, "keys left to another writer (ok*: the plugin does not overwrite a value set after its own):\n")
+		for _, l := range other {
+			fmt.Fprintf(w, "  %s/%s container %s (%s): %s\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id, strings.Join(l.verdict.leftToOther, "; "))
 		}
 	}
 	switch {

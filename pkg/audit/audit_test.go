@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
 	"github.com/nri-sysctl/nri-sysctl/pkg/cri"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
@@ -80,6 +81,12 @@ func TestAuditJudge(t *testing.T) {
 		{"live: the pod's process exited: cannot tell, not lacking", auditInput{policy: pol, decision: plain, live: map[string]podns.Value{
 			"net.ipv4.tcp_keepalive_time": {Value: "600"}, "net.ipv4.tcp_keepalive_intvl": {Err: fmt.Errorf("pid 7: %w", podns.ErrSandboxExited)}, "kernel.msgmax": {Err: fmt.Errorf("pid 7: %w", podns.ErrSandboxExited)},
 		}}, false, "cannot tell: the pod's process exited while audit read it"},
+		{"live: a key another writer set after the plugin is listed apart, not lacking", auditInput{policy: pol, decision: plain, live: withValue(defaults, "net.ipv4.tcp_keepalive_intvl", "41"),
+			state: map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true, Before: "75", HasBefore: true}}},
+			true, "live values match (2 key(s)), but for 1 left to another writer: net.ipv4.tcp_keepalive_intvl=41 (the plugin set 60)"},
+		{"live: the value before the plugin's first write is not another writer's", auditInput{policy: pol, decision: plain, live: withValue(defaults, "net.ipv4.tcp_keepalive_intvl", "75"),
+			state: map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true, Before: "75", HasBefore: true}}},
+			false, "live values: net.ipv4.tcp_keepalive_intvl=75, want 60"},
 		{"live: excluded pod is not read", auditInput{policy: pol, decision: excluded, live: map[string]podns.Value{}}, true, "excluded by namespace kube-system"},
 	}
 	for _, tc := range tests {
@@ -171,4 +178,14 @@ func TestAuditContainersCarryPodAnnotations(t *testing.T) {
 	if len(got) != 1 || got[0].pod.decision.Pod.Annotations[config.ProfilesAnnotation] != "low-latency" {
 		t.Fatalf("audit pods = %+v, want the pod's annotations in its decision", got)
 	}
+}
+
+// withValue is live with key's value replaced.
+func withValue(live map[string]podns.Value, key, value string) map[string]podns.Value {
+	out := make(map[string]podns.Value, len(live))
+	for k, v := range live {
+		out[k] = v
+	}
+	out[key] = podns.Value{Value: value}
+	return out
 }

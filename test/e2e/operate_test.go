@@ -375,7 +375,9 @@ func TestOperateAudit(t *testing.T) {
 	} else if len(ids) > 0 {
 		t.Fatalf("%d running container(s) left by another test (%v): audit would report them too", len(ids), ids)
 	}
-	cfgText := defaultsYAML(nodeDefaults)
+	// keep: the pods started without the plugin stay as they are until
+	// the reload to converge below.
+	cfgText := defaultsYAML(nodeDefaults) + "runningPods: keep\n"
 
 	// While no plugin runs.
 	var down []*Pod
@@ -410,6 +412,19 @@ func TestOperateAudit(t *testing.T) {
 	}
 	if !strings.Contains(out, "live values: ") {
 		t.Errorf("audit --read does not say which values are wrong:\n%s", out)
+	}
+
+	// Issue 35: once they converge, audit --read, which reads what the
+	// containers see, exits 0; their annotations still say how they were
+	// created.
+	rewriteConfig(t, p.configPath, defaultsYAML(nodeDefaults))
+	sighup(t, p)
+	waitUntil(t, 20*time.Second, "audit --read to find the running pods converged", func() (bool, string) {
+		code, ids, out := runAudit(t, "--config", p.configPath, "--read")
+		return code == 0 && len(ids) == 0, fmt.Sprintf("exit %d naming %v\n%s", code, ids, out)
+	})
+	if code, ids, _ := runAudit(t); code != 1 || strings.Join(ids, ",") != strings.Join(lacking, ",") {
+		t.Errorf("audit from annotations after the convergence: exit %d naming %v, want exit 1 naming %v", code, ids, lacking)
 	}
 
 	for i, pod := range down {

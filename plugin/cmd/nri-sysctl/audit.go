@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/audit"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/plugin"
 )
@@ -24,15 +26,24 @@ func auditFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 	declareContainerdFlags(fs, &containerd)
 	cfgPath := fs.String("config", "", "the plugin's config: without it a container with no nri-sysctl annotation counts as lacking even in an excluded pod")
 	read := fs.Bool("read", false, "also read the live values in each pod's namespaces (needs --config and root)")
+	stateDir := fs.String("pod-state-dir", podstate.DefaultDir, "with --read: what the plugin set in each pod (its --pod-state-dir); a key another writer changed after it is listed apart, not as lacking")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 	return func(_ []string, stdout, stderr io.Writer) int {
-		return runAudit(containerd.Address, containerd.Namespace, *cfgPath, *read, *timeout, stdout, stderr)
+		return runAudit(auditArgs{containerd.Address, containerd.Namespace, *cfgPath, *stateDir, *read, *timeout}, stdout, stderr)
 	}
+}
+
+// auditArgs are audit's flags.
+type auditArgs struct {
+	address, namespace, cfgPath, stateDir string
+	read                                  bool
+	timeout                               time.Duration
 }
 
 // runAudit tells, for each running container, whether it has the node's
 // defaults.
-func runAudit(address, namespace, cfgPath string, read bool, timeout time.Duration, stdout, stderr io.Writer) int {
+func runAudit(a auditArgs, stdout, stderr io.Writer) int {
+	address, namespace, cfgPath, read := a.address, a.namespace, a.cfgPath, a.read
 	if read && cfgPath == "" {
 		fmt.Fprintln(stderr, "--read needs --config: the values to expect come from the config")
 		return audit.Failed
@@ -45,10 +56,17 @@ func runAudit(address, namespace, cfgPath string, read bool, timeout time.Durati
 			return audit.Failed
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var state *podstate.Store
+	if _, err := os.Stat(a.stateDir); read && a.stateDir != "" && err == nil {
+		if state, err = podstate.Open(a.stateDir); err != nil {
+			fmt.Fprintln(stderr, err)
+			return audit.Failed
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
 	lines, err := audit.Run(ctx, audit.Request{
-		Address: address, Namespace: namespace, Config: cfg, Read: read, Warnings: stderr,
+		Address: address, Namespace: namespace, Config: cfg, Read: read, Warnings: stderr, PodState: state,
 		UserNamespaceRefusals: func(cfg *config.Config) policy.UserNamespaceRefusals { return probeUserNamespaceRefusals(cfg, stderr) },
 	})
 	if err != nil {

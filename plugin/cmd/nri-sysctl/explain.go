@@ -92,8 +92,17 @@ func explainFlags(fs *flag.FlagSet) func([]string, io.Writer, io.Writer) int {
 		for _, line := range policy.Explain(cfg, refused, in) {
 			fmt.Fprintln(stdout, line)
 		}
+		fmt.Fprintln(stdout, runningPodsLine(cfg))
 		return 0
 	}
+}
+
+// runningPodsLine says what a running pod with these attributes gets.
+func runningPodsLine(cfg *config.Config) string {
+	if cfg.RunningPods == config.RunningPodsKeep {
+		return "running pods: keep what they got when created (runningPods: keep)"
+	}
+	return "running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)"
 }
 
 // probeUserNamespace is swapped in tests.

@@ -49,6 +49,7 @@ net.ipv4.tcp_keepalive_time 600 applied
 rules: none match
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"hostNetwork: only the IPC key", []string{"--namespace", "default", "--host-network"}, `
 kernel.msgmax 16384 applied
@@ -59,6 +60,7 @@ net.ipv4.tcp_keepalive_time 600 ` + hostNet + `
 rules: none match
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"hostIPC", []string{"--namespace", "default", "--host-ipc"}, `
 kernel.msgmax 16384 skipped (pod shares the host's namespace (ipc))
@@ -69,6 +71,7 @@ net.ipv4.tcp_keepalive_time 600 applied
 rules: none match
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"the pod's own value wins, slash form too", []string{"--namespace", "default", "--pod-sysctl", "net/ipv4/tcp_keepalive_time=300"}, `
 kernel.msgmax 16384 applied
@@ -79,6 +82,7 @@ net.ipv4.tcp_keepalive_time 600 skipped (pod sets it itself)
 rules: none match
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"later rule wins", []string{"--namespace", "web-a", "--name", "front", "--label", "backlog=big", "--label", "tier=web"}, `
 kernel.msgmax 16384 applied
@@ -89,6 +93,7 @@ net.ipv4.tcp_keepalive_time 600 applied
 rules: web, big-backlog (in this order; a later rule overrides an earlier one)
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"a rule's own key", []string{"--namespace", "batch"}, `
 kernel.msgmax 16384 applied
@@ -99,6 +104,7 @@ net.ipv4.tcp_keepalive_time 600 applied
 rules: batch (in this order; a later rule overrides an earlier one)
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"user namespace: ping_group_range clamped to kubelet's GIDs", []string{"--namespace", "default", "--host-users=false"}, `
 kernel.msgmax 16384 applied
@@ -109,6 +115,7 @@ net.ipv4.tcp_keepalive_time 600 applied
 rules: none match
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"excluded", []string{"--namespace", "kube-system", "--label", "backlog=big"}, `
 kernel.msgmax - skipped (pod excluded: namespace kube-system)
@@ -119,6 +126,7 @@ net.ipv4.tcp_keepalive_time - skipped (pod excluded: namespace kube-system)
 rules: not applied (the pod is excluded)
 profiles: none asked for (nri-sysctl.io/profiles)
 excluded: yes, by namespace kube-system
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 	}
 	for _, tc := range tests {
@@ -187,6 +195,7 @@ net.ipv4.tcp_slow_start_after_idle 0 applied
 rules: none match
 profiles: low-latency applied, many-conns applied (in this order; a later profile overrides an earlier one)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"not allowed and unknown", []string{"--namespace", "default", "--annotation", "nri-sysctl.io/profiles=low-latency,x"}, `
 net.core.somaxconn 1024 applied
@@ -195,6 +204,7 @@ net.ipv4.tcp_slow_start_after_idle - not set (no default and no matching rule)
 rules: none match
 profiles: low-latency skipped (not allowed in namespace default), x skipped (no such profile) (in this order; a later profile overrides an earlier one)
 excluded: no
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 		{"excluded by annotation", []string{"--namespace", "trading-eu", "--annotation", "nri-sysctl.io/profiles=low-latency", "--annotation", "nri-sysctl.io/off=true"}, `
 net.core.somaxconn - skipped (pod excluded: annotation nri-sysctl.io/off=true)
@@ -203,6 +213,7 @@ net.ipv4.tcp_slow_start_after_idle - skipped (pod excluded: annotation nri-sysct
 rules: not applied (the pod is excluded)
 profiles: not applied (the pod is excluded)
 excluded: yes, by annotation nri-sysctl.io/off=true
+running pods: a running pod like this one gets the same at the next convergence, but for keys another writer changed (runningPods: converge)
 `},
 	}
 	for _, tc := range tests {
