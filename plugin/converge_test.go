@@ -90,7 +90,7 @@ func newConvergeTest(t *testing.T, cfgText, stateDir string, own map[string]stri
 	return p, ns
 }
 
-func reload(t *testing.T, p *plugin, text string) {
+func reload(t testing.TB, p *plugin, text string) {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(text), nil)
 	if err != nil {

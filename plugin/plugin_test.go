@@ -38,7 +38,7 @@ func (f *fakeFetcher) Fetch(context.Context, string) (podsysctl.PodSysctls, erro
 	return podsysctl.PodSysctls{Own: f.own, Source: podsysctl.SourceSandboxConfig}, nil
 }
 
-func newTestPlugin(t *testing.T, cfgText string, f *fakeFetcher) *plugin {
+func newTestPlugin(t testing.TB, cfgText string, f *fakeFetcher) *plugin {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)

@@ -917,3 +917,46 @@ func TestTemplateRunningPods(t *testing.T) {
 		t.Error("runningPods=always rendered")
 	}
 }
+
+// Issue 35, item 5: configRollout: staged makes a ConfigMap per config
+// (the hash in its name, immutable) and no live reload, so an edit is a
+// new DaemonSet template, rolled node by node with minReadySeconds
+// between; live keeps one watched ConfigMap.
+func TestTemplateStagedConfigRollout(t *testing.T) {
+	volumeOf := func(objs []obj) string {
+		ds := find(t, objs, "DaemonSet")
+		for _, v := range get(ds, "spec", "template", "spec", "volumes").([]any) {
+			if get(v, "name") == "config" {
+				return get(v, "configMap", "name").(string)
+			}
+		}
+		t.Fatal("no config volume")
+		return ""
+	}
+	live, objs := renderDaemonSet(t)
+	if name := volumeOf(objs); name != "nri-sysctl" || !slices.ContainsFunc(live.args, func(a string) bool { return strings.HasPrefix(a, "--watch-config=") }) {
+		t.Errorf("live: ConfigMap %q, args %v; want nri-sysctl, watched", name, live.args)
+	}
+	staged, objs := renderDaemonSet(t, "configRollout=staged", "minReadySeconds=30")
+	first := volumeOf(objs)
+	cm := find(t, objs, "ConfigMap")
+	if !strings.HasPrefix(first, "nri-sysctl-") || len(first) != len("nri-sysctl-")+10 || get(cm, "metadata", "name") != first || get(cm, "immutable") != true {
+		t.Errorf("staged: volume %q, ConfigMap %v; want nri-sysctl-<10 hex>, the same, immutable", first, get(cm, "metadata"))
+	}
+	if slices.ContainsFunc(staged.args, func(a string) bool { return strings.HasPrefix(a, "--watch-config=") }) {
+		t.Errorf("staged: args %v watch the config", staged.args)
+	}
+	if got := get(find(t, objs, "DaemonSet"), "spec", "minReadySeconds"); got != float64(30) && got != 30 {
+		t.Errorf("minReadySeconds %v, want 30", got)
+	}
+	_, objs = renderDaemonSet(t, "configRollout=staged", "config=sysctls: {net.ipv4.tcp_keepalive_time: 650}")
+	if second := volumeOf(objs); second == first {
+		t.Errorf("staged: an edited config kept the ConfigMap name %s", first)
+	}
+	if _, err := renderText(t, "configRollout=staged", "existingConfigMap=mine"); err == nil {
+		t.Error("staged with existingConfigMap rendered")
+	}
+	if _, err := renderText(t, "configRollout=canary"); err == nil {
+		t.Error("configRollout=canary rendered")
+	}
+}

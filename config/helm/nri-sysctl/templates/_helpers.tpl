@@ -31,7 +31,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{- define "nri-sysctl.configMapName" -}}
-{{- default (include "nri-sysctl.fullname" .) .Values.existingConfigMap }}
+{{- if .Values.existingConfigMap }}
+{{- .Values.existingConfigMap }}
+{{- else if eq .Values.configRollout "staged" }}
+{{- /* Staged: the name carries the config's hash, so an edit is a new
+       ConfigMap and a new DaemonSet template, rolled node by node. */}}
+{{- printf "%s-%s" (include "nri-sysctl.fullname" .) (sha256sum .Values.config | trunc 10) }}
+{{- else }}
+{{- include "nri-sysctl.fullname" . }}
+{{- end }}
 {{- end }}
 
 {{/* The default tag is the appVersion as make image tags the image: an
