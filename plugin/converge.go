@@ -50,6 +50,25 @@ type runningPods struct {
 	mu       sync.Mutex
 	pods     map[string]*api.PodSandbox
 	injected map[string]map[string]string
+	// cannot holds, per pod, the keys already reported as out of the
+	// writer's reach: each is reported once, not at every pass.
+	cannot map[string]map[string]bool
+}
+
+// firstCannot tells whether key has not been reported yet as one the
+// writer cannot converge in the pod, and marks it reported.
+func (r *runningPods) firstCannot(podID, key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cannot == nil {
+		r.cannot = map[string]map[string]bool{}
+	}
+	if r.cannot[podID] == nil {
+		r.cannot[podID] = map[string]bool{}
+	}
+	first := !r.cannot[podID][key]
+	r.cannot[podID][key] = true
+	return first
 }
 
 func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
@@ -91,6 +110,7 @@ func (r *runningPods) remove(id string) {
 	defer r.mu.Unlock()
 	delete(r.pods, id)
 	delete(r.injected, id)
+	delete(r.cannot, id)
 }
 
 // list is the running pods, by ID, each with what its containers'
@@ -258,6 +278,14 @@ func convergeKeys(cur *loaded, pod policy.Pod, podOwn map[string]string, gids []
 			k := key(e.Key)
 			k.Want, k.Wanted, k.Writable = e.Value, true, false
 		}
+		// Keys the kernel refuses to the host-side writer in the pod's
+		// user namespace (IPC keys, user.*): out of its reach.
+		for _, s := range d.Skipped {
+			if s.Code == policy.SkipUserNamespace {
+				k := key(s.Key)
+				k.Wanted, k.Writable = true, false
+			}
+		}
 	}
 	for name := range memory {
 		key(name)
@@ -313,8 +341,10 @@ func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge
 			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("left to another writer")
 			m.convergeKeys("left_to_other", 1)
 		case converge.CannotConverge:
-			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("cannot converge")
-			m.convergeKeys("cannot_converge", 1)
+			if p.running.firstCannot(rec.id, s.Key) {
+				log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("cannot converge")
+				m.convergeKeys("cannot_converge", 1)
+			}
 		}
 	}
 	failed := map[string]bool{}

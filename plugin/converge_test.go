@@ -15,6 +15,8 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -236,5 +238,33 @@ func TestConvergeFlagKeeps(t *testing.T) {
 	p.convergePass(context.Background())
 	if got := ns.takeWrites(); got != "" {
 		t.Errorf("--running-pods keep: wrote %q", got)
+	}
+}
+
+// A user-namespace pod converges where the host-side writer can, and a key
+// the kernel refuses that writer there is reported once as cannot
+// converge, never written, at no pass.
+func TestConvergeUserNamespacePod(t *testing.T) {
+	p, ns := newConvergeTest(t, testConfig, t.TempDir(), nil)
+	next := *p.current.Load()
+	refusals := policy.UserNamespaceRefusals{runtimemode.Namespace.Writer(): {"kernel.msgmax": true}}
+	next.policy = policy.Compile(next.cfg, refusals)
+	p.current.Store(&next)
+	log := &strings.Builder{}
+	p.log.SetOutput(log)
+	pod := runningPod("un", "network", "ipc", "uts", "user")
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for pass := 1; pass <= 2; pass++ {
+		p.convergePass(context.Background())
+		if got, want := ns.takeWrites(), "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600"; pass == 1 && got != want {
+			t.Errorf("pass 1 wrote %q, want %q", got, want)
+		} else if pass == 2 && got != "" {
+			t.Errorf("pass 2 wrote %q", got)
+		}
+	}
+	if n := strings.Count(log.String(), `msg="cannot converge" key=kernel.msgmax`); n != 1 {
+		t.Errorf("kernel.msgmax reported %d times, want once:\n%s", n, log.String())
 	}
 }

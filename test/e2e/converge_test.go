@@ -6,6 +6,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,4 +128,49 @@ func setInPod(t *testing.T, c *cluster, pod *Pod, key, value string) {
 		}
 	}
 	t.Fatalf("no network namespace path for pod %s", pod.Spec.Name)
+}
+
+// TestConvergeUserNamespacePod: a hostUsers: false pod running before the
+// plugin converges where the host-side writer can (a net key, and
+// ping_group_range clamped to the pod's GID mapping), and an IPC key that
+// writer cannot set there stays the kernel's, counted once as cannot
+// converge.
+func TestConvergeUserNamespacePod(t *testing.T) {
+	c := getCluster(t)
+	for _, dir := range []string{c.tmp, c.state, c.root} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod, err := c.runPodErr(PodSpec{Name: "userns", Namespace: "e2e-converge-userns", UserNamespace: true, RuntimeHandler: usernsRuntimeHandler})
+	if err != nil {
+		t.Fatalf("user-namespace pod: %v", err)
+	}
+	t.Cleanup(func() { c.removePod(pod.ID) })
+	id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
+	if err == nil {
+		_, err = c.crictlRaw("start", id)
+	}
+	if err != nil {
+		t.Fatalf("user-namespace container: %v", err)
+	}
+	keys := []string{"kernel.msgmax", "net.ipv4.ping_group_range", "net.ipv4.tcp_keepalive_time"}
+	before := readSysctls(t, id, keys...)
+	if before["net.ipv4.tcp_keepalive_time"] == "600" || before["kernel.msgmax"] == "16384" {
+		t.Fatalf("values before the plugin already the config's: %v", before)
+	}
+	addr := freeAddress(t)
+	startPlugin(t, "sysctls:\n  net.ipv4.ping_group_range: \"0 2147483647\"\n  net.ipv4.tcp_keepalive_time: \"600\"\n  kernel.msgmax: \"16384\"\n", "--metrics-address", addr)
+	waitUntil(t, 20*time.Second, "the user-namespace pod to converge", func() (bool, string) {
+		got := readSysctls(t, id, keys...)
+		return got["net.ipv4.tcp_keepalive_time"] == "600" && strings.Join(strings.Fields(got["net.ipv4.ping_group_range"]), " ") == "0 65535", fmt.Sprintf("%v", got)
+	})
+	if got := readSysctl(t, id, "kernel.msgmax"); got != before["kernel.msgmax"] {
+		t.Errorf("kernel.msgmax = %s in the user-namespace pod, want it left at %s", got, before["kernel.msgmax"])
+	}
+	const cannot = `nri_sysctl_converge_keys_total{result="cannot_converge"}`
+	waitUntil(t, 10*time.Second, "kernel.msgmax counted as cannot converge", func() (bool, string) {
+		m := scrape(t, addr)
+		return m[cannot] == 1, fmt.Sprintf("%s = %v", cannot, m[cannot])
+	})
 }

@@ -88,12 +88,14 @@ func secondBridgeNameFor(pid int) string { return fmt.Sprintf("nrisysctlb%d", pi
 
 // cluster is one running containerd with everything it needs.
 type cluster struct {
-	version    string
-	cacheDir   string
-	binDir     string // containerd, containerd-shim-runc-v2, ctr
-	crictlPath string
-	pluginBin  string
-	repoRoot   string
+	version string
+	// podStateDirExisted: /run/nri-sysctl was there before this run.
+	podStateDirExisted bool
+	cacheDir           string
+	binDir             string // containerd, containerd-shim-runc-v2, ctr
+	crictlPath         string
+	pluginBin          string
+	repoRoot           string
 
 	tmp          string // everything below lives here
 	root         string
@@ -241,6 +243,8 @@ func startCluster() (c *cluster, skip string, err error) {
 		version:  envOr("NRI_SYSCTL_CONTAINERD_VERSION", defaultContainerdVersion),
 		cacheDir: envOr("NRI_SYSCTL_CACHE", defaultCache),
 		plugins:  map[*pluginProc]bool{},
+
+		podStateDirExisted: exists(defaultPodStateParent),
 
 		dumpRegistered: map[*testing.T]bool{},
 	}
@@ -695,6 +699,14 @@ func (c *cluster) containerdLogTail(n int) string { return tail(c.logPath, n) }
 
 // teardown removes every pod, stops containerd and whatever it left behind,
 // and removes the temporary directory.
+// defaultPodStateParent holds the plugin's default --pod-state-dir.
+const defaultPodStateParent = "/run/nri-sysctl"
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func (c *cluster) teardown() {
 	start := time.Now()
 	c.mu.Lock()
@@ -717,6 +729,11 @@ func (c *cluster) teardown() {
 	}
 	if c.tmp == "" {
 		return
+	}
+	// A pre-installed plugin gets no flags: its pod state is in the
+	// default directory, removed if this run made it.
+	if !c.podStateDirExisted {
+		_ = os.RemoveAll(defaultPodStateParent)
 	}
 	releaseDir(c.tmp)
 	if err := exec.Command("ip", "link", "show", cniBridgeName).Run(); err == nil {

@@ -645,5 +645,61 @@ func TestK8sTwoNodes(t *testing.T) {
 			}
 		}
 	})
+
+	// Issue 35, item 5: with configRollout: staged an edit reaches one node
+	// after the other, as the rolling update replaces each plugin: node by
+	// node, running pods converge when their node's new plugin starts.
+	t.Run("a staged edit converges one node's running pods while the other's keep the old values, then the other's", func(t *testing.T) {
+		byName := map[string]*cluster{k8sNodeName: c, node2Name: n2.c}
+		running := map[string]string{} // node -> the running pod's container
+		for _, n := range nodes {
+			w := workload{name: "staged-" + n.short, node: n.name}
+			k.createWorkload(t, w)
+			k.waitPodRunning(t, k8sTestNamespace, w.name, 2*time.Minute)
+			running[n.name] = byName[n.name].containerOf(t, k8sTestNamespace, w.name, "app")
+			defer k.deletePod(t, k8sTestNamespace, w.name)
+		}
+		read := func(node string) map[string]string {
+			got, err := byName[node].readSysctlsErr(running[node], keys...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		for _, n := range nodes {
+			wantSysctls(t, "running pod on "+n.name+" before the staged edit", read(n.name), k8sDefaults)
+		}
+		edited := merged(k8sDefaults, map[string]string{"net.ipv4.tcp_keepalive_time": "480"})
+		staged := filepath.Join(k.dir, "staged.json")
+		data, _ := json.Marshal(map[string]any{"configRollout": "staged", "minReadySeconds": 20, "config": k8sConfig(edited)})
+		if err := os.WriteFile(staged, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		editStart := time.Now()
+		h.run(t, "upgrade", pluginRelease, chart, "-n", pluginNamespace, "--reuse-values", "-f", staged)
+		var first, second string
+		waitUntil(t, 3*time.Minute, "one node's running pod to converge to the staged edit", func() (bool, string) {
+			for _, n := range nodes {
+				if mapsEqualOn(read(n.name), edited, keys) {
+					first = n.name
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%v", running)
+		})
+		for _, n := range nodes {
+			if n.name != first {
+				second = n.name
+			}
+		}
+		firstAt := time.Since(editStart)
+		wantSysctls(t, "running pod on "+second+" while "+first+" has the staged edit", read(second), k8sDefaults)
+		waitUntil(t, 3*time.Minute, "the other node's running pod to converge", func() (bool, string) {
+			got := read(second)
+			return mapsEqualOn(got, edited, keys), fmt.Sprintf("%v", got)
+		})
+		logf("staged edit: %s's running pod converged %s after helm upgrade, %s's %s after (minReadySeconds 20)", first, firstAt.Round(time.Millisecond), second, time.Since(editStart).Round(time.Millisecond))
+		wantSysctls(t, "running pod on "+first+" after the roll", read(first), edited)
+	})
 	logf("TestK8sTwoNodes: %s in all", time.Since(testStart).Round(time.Second))
 }

@@ -65,6 +65,8 @@ func pluginArgs(c *cluster, configPath string, extra []string) []string {
 		"--containerd-address", c.grpcSock,
 		"--containerd-namespace", k8sNamespace,
 		"--log-level", "debug",
+		// The run's own pod state, removed with its directory.
+		"--pod-state-dir", filepath.Join(c.tmp, "pod-state"),
 	}
 	// E.g. NRI_SYSCTL_E2E_PLUGIN_ARGS="--mode namespace" runs every case in
 	// another plugin mode.
