@@ -350,7 +350,7 @@ clean:
 # make command line: NRI_SYSCTL_BENCH_PODS (default 100 per configuration),
 # NRI_SYSCTL_BENCH_CHURN_PODS (default 2000). Reports: bin/bench/.
 BENCH_CONTAINERD_VERSIONS ?= v2.4.2 v2.1.9
-.PHONY: bench bench-smoke bench-churn soak
+.PHONY: bench bench-smoke bench-churn bench-converge soak
 
 ## bench: Go micro-benchmarks, then the create-path benchmark (no plugin,
 ## no-op plugin, nri-sysctl, nri-sysctl with metrics; interleaved) against each containerd (root).
@@ -380,6 +380,15 @@ bench-smoke: build
 SOAK_DURATION ?= 2m
 soak: build
 	NRI_SYSCTL_SOAK=$(SOAK_DURATION) NRI_SYSCTL_CONTAINERD_VERSION=v2.4.2 $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/e2e/
+
+## bench-converge: with 200 pods running on containerd 2.4.2, the time from
+## a reload to the last of them converged, and pod create+start while they
+## converge against idle, in alternating blocks (issue 35; docs/benchmarks.md).
+## The per-pod cost against a minimal setns-and-write loop is the Go
+## benchmark pair BenchmarkConvergeReload / BenchmarkConvergeMinimalLoop.
+bench-converge: build
+	$(GO) test -run '^$$' -bench '^BenchmarkConverge' -benchtime 20x -count 3 ./plugin/
+	NRI_SYSCTL_BENCH=1 NRI_SYSCTL_CONTAINERD_VERSION=v2.4.2 $(GO) test -count=1 -timeout 30m -v -run '^TestBenchConvergeCreatePath$$' ./test/e2e/
 
 ## bench-churn: create and remove many pods under one plugin process; its
 ## memory along the way, and its per-pod state once every pod is gone.

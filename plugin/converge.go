@@ -225,7 +225,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	}
 	keys := convergeKeys(cur, info, own.Own, own.GIDMappings, memory)
 	if len(keys) == 0 {
-		p.replaceRecord(rec, cur, sb, nil)
+		p.replaceRecord(rec, cur, sb, nil, nil)
 		return
 	}
 	names := make([]string, len(keys))
@@ -245,12 +245,27 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		k.Live = v.Value
 		readable = append(readable, k)
 	}
-	if p.applyPlan(rec, target, converge.Plan(readable), memory) {
+	steps := converge.Plan(readable)
+	if p.applyPlan(rec, target, steps, memory) {
 		// Its containers see the defaults now, whatever their
 		// annotations say: no longer lacking (Synchronize's count).
 		p.meter.Load().podHealed(rec.id)
 	}
-	p.replaceRecord(rec, cur, sb, wantedLive(readable, memory))
+	p.replaceRecord(rec, cur, sb, wantedLive(readable, memory), leftToOther(steps))
+}
+
+// leftToOther is the keys of steps left to another writer.
+func leftToOther(steps []converge.Step) map[string]bool {
+	var out map[string]bool
+	for _, s := range steps {
+		if s.Action == converge.LeaveToOther {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[s.Key] = true
+		}
+	}
+	return out
 }
 
 // convergeKeys is every key the plugin may act on in the pod: the ones cur
@@ -405,13 +420,14 @@ func wantedLive(keys []converge.Key, memory map[string]converge.Written) []sysct
 // live of what the plugin set: the pod's next container (its spec in spec
 // mode, its annotations in both) then agrees with what converged, rather
 // than carrying the config the pod was first seen under.
-func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, written []sysctl.Sysctl) {
+func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, written []sysctl.Sysctl, others map[string]bool) {
 	next := newPodRecord(cur, sb)
 	own, looked := old.cachedOwn()
 	next.own, next.lookedUp = own, looked
 	next.written = written
 	next.writes = writeDone
 	next.setOnSpec = written
+	next.leftToOther = others
 	p.records.replace(old, next)
 }
 

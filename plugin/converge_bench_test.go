@@ -114,7 +114,14 @@ func BenchmarkConvergeMinimalLoop(b *testing.B) {
 func newBenchConvergePlugin(b *testing.B) *plugin {
 	b.Helper()
 	p := newTestPlugin(b, benchConfigs[0], &fakeFetcher{})
-	p.openPodState(b.TempDir())
+	// On a tmpfs, as /run is on most nodes (not on this machine kind,
+	// whose /run is on its disk): /dev/shm.
+	dir, err := os.MkdirTemp("/dev/shm", "nri-sysctl-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	p.openPodState(dir + "/pods")
 	if p.podState == nil {
 		b.Fatal("no pod state")
 	}

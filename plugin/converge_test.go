@@ -153,6 +153,18 @@ func TestConvergeRunningPod(t *testing.T) {
 	if ns.values["net.ipv4.tcp_keepalive_intvl"] != "33" {
 		t.Errorf("another writer's value overwritten: %q", ns.values["net.ipv4.tcp_keepalive_intvl"])
 	}
+	// Nor does the pod's next container carry the plugin's value on its
+	// spec, which runc would write over the other writer's.
+	adj, _, err = q.CreateContainer(context.Background(), pod, &api.Container{Name: "after-other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := adj.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_intvl"]; ok {
+		t.Errorf("next container's spec sets tcp_keepalive_intvl=%s over another writer's 33", got)
+	}
+	if got := adj.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_time"]; got != "650" {
+		t.Errorf("next container's spec: tcp_keepalive_time %q, want 650", got)
+	}
 
 	// The key leaves the config: back to the kernel's 7200.
 	reload(t, q, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")

@@ -191,8 +191,25 @@ func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, ctr *api.
 	if !ok {
 		return containerResult{outcome: outcome.LookupFailed}
 	}
+	if len(rec.leftToOther) > 0 {
+		d.Apply, d.Skipped = leaveToOthers(d.Apply, d.Skipped, rec.leftToOther)
+	}
 	rec.noteSetOnSpec(d.Apply)
 	return containerResult{outcome: appliedOrNothing(d.Apply), applied: d.Apply, onSpec: true, skipped: d.Skipped}
+}
+
+// leaveToOthers takes out of apply the keys another writer set in the
+// running pod since the plugin did, as skipped.
+func leaveToOthers(apply []sysctl.Sysctl, skipped []policy.Skipped, others map[string]bool) ([]sysctl.Sysctl, []policy.Skipped) {
+	kept := make([]sysctl.Sysctl, 0, len(apply))
+	for _, s := range apply {
+		if others[s.Key()] {
+			skipped = append(skipped, policy.SkipExisting.Skip(s.Key(), ": set in the running pod by another writer"))
+			continue
+		}
+		kept = append(kept, s)
+	}
+	return kept, skipped
 }
 
 // writePodSandbox decides for a namespace-mode pod at RunPodSandbox and

@@ -58,6 +58,10 @@ type podRecord struct {
 	// setOnSpec is what the plugin last put on a container's spec (spec
 	// mode), for convergence: the values runc wrote into the pod.
 	setOnSpec []sysctl.Sysctl
+	// leftToOther: keys a convergence found set by another writer in the
+	// running pod; its next container's spec leaves them out, so that
+	// runc does not overwrite them. Fixed when the record is made.
+	leftToOther map[string]bool
 	writeErrs []podns.WriteError // keys the last attempt failed on
 	writes    writeState
 }

@@ -1,0 +1,130 @@
+// Copyright The nri-sysctl Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBenchConvergeCreatePath (issue 35, item 4; NRI_SYSCTL_BENCH=1, make
+// bench-converge): with NRI_SYSCTL_BENCH_RUNNING (default 200) pods
+// running, the time from a reload to the last of them converged, and pod
+// create+start while they converge against idle, in alternating blocks of
+// one run. Values are read inside a sample of the running pods.
+func TestBenchConvergeCreatePath(t *testing.T) {
+	skipUnlessBench(t)
+	c := getCluster(t)
+	running := envInt(t, "NRI_SYSCTL_BENCH_RUNNING", 200)
+	blocks, perBlock := 10, envInt(t, "NRI_SYSCTL_BENCH_PODS", 20)
+	configs := [2]map[string]string{
+		{"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60", "kernel.msgmax": "16384"},
+		{"net.ipv4.tcp_keepalive_time": "650", "net.ipv4.tcp_keepalive_intvl": "61", "kernel.msgmax": "16000"},
+	}
+	keys := sortedKeys(configs[0])
+	addr := freeAddress(t)
+	p := startPlugin(t, defaultsYAML(configs[0]), "--metrics-address", addr, "--log-level", "info")
+	cl := newCRIClient(t, c)
+	var pods []*benchPod
+	t.Cleanup(func() {
+		for _, pod := range pods {
+			_ = cl.removePod(pod, &podTiming{})
+		}
+	})
+	for i := range running {
+		pod, _, err := cl.startPod(c, fmt.Sprintf("running-%d", i))
+		if pod != nil {
+			pods = append(pods, pod)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const written = `nri_sysctl_converge_keys_total{result="written"}`
+	// reload puts configs[i%2] in force and waits until every running pod
+	// has its keys written (the counter), returning how long that took.
+	reloads := 0
+	reload := func() time.Duration {
+		before := scrape(t, addr)[written]
+		reloads++
+		rewriteConfig(t, p.configPath, defaultsYAML(configs[reloads%2]))
+		start := time.Now()
+		sighup(t, p)
+		want := before + float64(len(pods)*len(keys))
+		for time.Since(start) < time.Minute {
+			if scrape(t, addr)[written] >= want {
+				return time.Since(start)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%d running pods not converged a minute after the reload: %s = %v, want %v", len(pods), written, scrape(t, addr)[written], want)
+		return 0
+	}
+	var took []time.Duration
+	for range 5 {
+		took = append(took, reload())
+	}
+	for _, pod := range []*benchPod{pods[0], pods[len(pods)/2], pods[len(pods)-1]} {
+		got, err := cl.readSysctls(pod.ctrID, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSysctls(t, "running pod after the reloads", got, configs[reloads%2])
+	}
+	conv := distOf(took)
+	t.Logf("reload to the last of %d running pods converged: p50 %s ms, min %s, max %s (%d reloads, %d keys each)", len(pods), ms(conv.P50), ms(conv.Min), ms(conv.Max), len(took), len(keys))
+
+	// Pods created while the running pods converge, against idle, in
+	// alternating blocks.
+	var idle, busy []time.Duration
+	for b := range blocks {
+		converging := b%2 == 1
+		stop, done := make(chan struct{}), make(chan struct{})
+		var mu sync.Mutex
+		passes := 0
+		if converging {
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					reload()
+					mu.Lock()
+					passes++
+					mu.Unlock()
+				}
+			}()
+		} else {
+			close(done)
+		}
+		for i := range perBlock {
+			pod, tm, err := cl.startPod(c, fmt.Sprintf("timed-%d-%d", b, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if converging {
+				busy = append(busy, tm.total())
+			} else {
+				idle = append(idle, tm.total())
+			}
+			if err := cl.removePod(pod, &podTiming{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(stop)
+		<-done
+		if converging && passes == 0 {
+			t.Fatalf("block %d: no convergence pass finished while its pods were created", b)
+		}
+	}
+	di, db := distOf(idle), distOf(busy)
+	t.Logf("pod create+start, idle: p50 %s ms, p90 %s ms (%d pods)", ms(di.P50), ms(di.P90), di.N)
+	t.Logf("pod create+start, while %d running pods converge: p50 %s ms, p90 %s ms (%d pods)", len(pods), ms(db.P50), ms(db.P90), db.N)
+	t.Logf("ratio converging/idle: p50 %s, p90 %s", ratio(db.P50, di.P50), ratio(db.P90, di.P90))
+}
