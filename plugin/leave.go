@@ -135,6 +135,9 @@ type requestGate struct {
 	running int
 	// last is when a request last came, admitted or refused.
 	last time.Time
+	// lastDone is when an admitted request last returned: convergence
+	// waits for a quiet moment (converge.go).
+	lastDone time.Time
 	// idle is closed when the gate is leaving and nothing runs.
 	idle chan struct{}
 	// closeOffers carries, from a request whose lost answer costs
@@ -182,6 +185,7 @@ func (g *requestGate) done() {
 		g.last = time.Now()
 	}
 	g.running--
+	g.lastDone = time.Now()
 	if g.leaving && g.running == 0 && g.idle != nil {
 		close(g.idle)
 		g.idle = nil

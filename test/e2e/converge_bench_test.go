@@ -58,7 +58,7 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 			if scrape(t, addr)[written] >= want {
 				return time.Since(start)
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
 		}
 		t.Fatalf("%d running pods not converged a minute after the reload: %s = %v, want %v", len(pods), written, scrape(t, addr)[written], want)
 		return 0
