@@ -62,8 +62,8 @@ type podRecord struct {
 	// running pod; its next container's spec leaves them out, so that
 	// runc does not overwrite them. Fixed when the record is made.
 	leftToOther map[string]bool
-	writeErrs []podns.WriteError // keys the last attempt failed on
-	writes    writeState
+	writeErrs   []podns.WriteError // keys the last attempt failed on
+	writes      writeState
 }
 
 // newPodRecord is the record of a pod first seen now, under cfg.

@@ -193,7 +193,8 @@ func judge(in auditInput) verdict {
 // setByOther: the plugin set the key, and its live value is neither what
 // it set nor what was there before its first write (converge.Plan's rule).
 func setByOther(w converge.Written, live string) bool {
-	return w.HasSet && !sameValue(live, w.Set) && !(w.HasBefore && sameValue(live, w.Before))
+	backBefore := w.HasBefore && sameValue(live, w.Before)
+	return w.HasSet && !sameValue(live, w.Set) && !backBefore
 }
 
 // setByPlugin is the pod's state, once per pod; a state audit cannot read
@@ -223,8 +224,8 @@ func sameValue(a, b string) bool {
 type auditPod struct {
 	id, namespace, name string
 	// state is what the plugin set in the pod (setByPlugin), read once.
-	state map[string]converge.Written
-	decision        policy.Input
+	state    map[string]converge.Written
+	decision policy.Input
 	// process is a process in the pod's namespaces (the sandbox's, or else
 	// one of its running containers'), with a pidfd taken when audit first
 	// saw it and the pod's network namespace it must still be in.
