@@ -182,12 +182,54 @@ func (p *plugin) convergePass(ctx context.Context) {
 		return
 	}
 	pods, injected := p.running.list()
+	fresh := freshCache{read: p.freshValues, log: p.log}
 	for _, pod := range pods {
 		if ctx.Err() != nil {
 			return
 		}
 		p.requests.waitQuiet(yieldQuiet, yieldWait)
-		p.convergePod(ctx, cur, pod, injected[pod.GetId()])
+		p.convergePod(ctx, cur, pod, injected[pod.GetId()], &fresh)
+	}
+}
+
+// freshCache holds, for one pass, the values of keys in namespaces made
+// fresh: what a key goes back to when its value before the plugin's first
+// write is unknown.
+type freshCache struct {
+	read   func([]string) (map[string]string, error)
+	log    *logrus.Logger
+	values map[string]string
+	tried  map[string]bool
+}
+
+// fill gives each key that needs it a fresh namespace's value, reading the
+// keys not read yet in this pass.
+func (f *freshCache) fill(keys []converge.Key) {
+	var missing []string
+	for _, k := range keys {
+		if !k.Wanted && k.Written.HasSet && !k.Written.HasBefore && !f.tried[k.Name] {
+			missing = append(missing, k.Name)
+		}
+	}
+	if len(missing) > 0 && f.read != nil {
+		if f.values == nil {
+			f.values, f.tried = map[string]string{}, map[string]bool{}
+		}
+		got, err := f.read(missing)
+		if err != nil {
+			f.log.WithError(err).Warn("cannot read a fresh namespace's values: keys that leave the config stay where the plugin's value before is unknown")
+		}
+		for _, name := range missing {
+			f.tried[name] = true
+			if v, ok := got[name]; ok {
+				f.values[name] = v
+			}
+		}
+	}
+	for i := range keys {
+		if v, ok := f.values[keys[i].Name]; ok {
+			keys[i].Fresh, keys[i].HasFresh = v, true
+		}
 	}
 }
 
@@ -202,7 +244,7 @@ func (p *plugin) runningPods(cfg *config.Config) string {
 
 // convergePod brings one running pod to cur: its pod's own keys, host
 // namespaces and other writers' values untouched.
-func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbox, injected map[string]string) {
+func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbox, injected map[string]string, fresh *freshCache) {
 	if sb.GetPid() <= 0 {
 		return // not running: nothing to write into
 	}
@@ -228,6 +270,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		return
 	}
 	keys := convergeKeys(cur, info, own.Own, own.GIDMappings, memory)
+	fresh.fill(keys)
 	if len(keys) == 0 {
 		p.replaceRecord(rec, cur, sb, nil, nil)
 		return

@@ -85,6 +85,15 @@ func newConvergeTest(t *testing.T, cfgText, stateDir string, own map[string]stri
 	p := newTestPlugin(t, cfgText, &fakeFetcher{own: own})
 	ns := &fakeNamespaces{values: kernelDefaults()}
 	p.readNamespaces, p.writeNamespaces = ns.read, ns.write
+	p.freshValues = func(names []string) (map[string]string, error) {
+		out := map[string]string{}
+		for _, n := range names {
+			if v, ok := kernelDefaults()[n]; ok {
+				out[n] = v
+			}
+		}
+		return out, nil
+	}
 	p.openPodState(stateDir)
 	if p.podState == nil {
 		t.Fatal("no pod state")
@@ -278,5 +287,31 @@ func TestConvergeUserNamespacePod(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), `msg="cannot converge" key=kernel.msgmax`); n != 1 {
 		t.Errorf("kernel.msgmax reported %d times, want once:\n%s", n, log.String())
+	}
+}
+
+// A key that leaves the config goes back to a fresh namespace's value when
+// the plugin never saw the pod's own: a spec-mode pod created under the
+// plugin, whose runtime wrote the plugin's values at its creation.
+func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
+	p, ns := newConvergeTest(t, "mode: spec\n"+testConfig, t.TempDir(), nil)
+	pod := runningPod("fr", "network", "ipc", "uts")
+	if _, err := p.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RunPodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range adj.GetLinux().GetSysctl() {
+		ns.values[k] = v // what runc writes from the spec
+	}
+	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
+	p.convergePass(context.Background())
+	if got, want := ns.takeWrites(), "kernel.msgmax=8192,net.ipv4.tcp_keepalive_time=7200"; got != want {
+		t.Errorf("keys that left the config: wrote %q, want %q (a fresh namespace's values)", got, want)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
@@ -87,6 +88,9 @@ type plugin struct {
 	// readNamespaces reads a running pod's values (converge.go); swapped
 	// in tests.
 	readNamespaces func(podns.Target, []string) map[string]podns.Value
+	// freshValues reads keys in namespaces made fresh (converge.go);
+	// swapped in tests.
+	freshValues func([]string) (map[string]string, error)
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
@@ -131,6 +135,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		records:         newPodRecords(),
 		writeNamespaces: podns.Write,
 		readNamespaces:  podns.Read,
+		freshValues:     probe.Fresh,
 		synchronized:    make(chan struct{}),
 		events:          noEvents{},
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },

@@ -9,6 +9,8 @@ package probe
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -116,4 +118,30 @@ func KernelCheck(skip bool) func(map[string][]string) (map[string]error, map[str
 		return nil
 	}
 	return Kernel
+}
+
+// Fresh reads names in throw-away network, IPC and UTS namespaces, as a
+// pod's start: what a key of a running pod goes back to when its value
+// before the plugin's first write is unknown. A name a fresh namespace
+// lacks (a per-interface key, a user.* key, one not namespaced) is left
+// out.
+func Fresh(names []string) (map[string]string, error) {
+	out := map[string]string{}
+	var err error
+	nsthread.Run(func() {
+		if err = unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+			err = fmt.Errorf("fresh namespaces: %w", err)
+			return
+		}
+		for _, name := range names {
+			switch sysctl.NamespaceOf(name) {
+			case sysctl.NotNamespaced, sysctl.User:
+				continue
+			}
+			if data, rerr := os.ReadFile(sysctl.Path(name)); rerr == nil {
+				out[name] = strings.TrimSpace(string(data))
+			}
+		}
+	})
+	return out, err
 }

@@ -19,6 +19,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Fresh reads a fresh namespace's values: the kernel's defaults, whatever
+// this process's namespace holds, and nothing for a key a fresh namespace
+// lacks.
+func TestFreshReadsThrowAwayNamespaces(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	got, err := Fresh([]string{"net.ipv4.tcp_keepalive_time", "kernel.msgmax", "net.ipv4.conf.eth0.rp_filter", "user.max_user_namespaces", "vm.swappiness"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["net.ipv4.tcp_keepalive_time"] != "7200" || got["kernel.msgmax"] != "8192" {
+		t.Errorf("fresh values %v, want the kernel's 7200 and 8192", got)
+	}
+	for _, absent := range []string{"net.ipv4.conf.eth0.rp_filter", "user.max_user_namespaces", "vm.swappiness"} {
+		if v, ok := got[absent]; ok {
+			t.Errorf("%s = %q in a fresh namespace, want it left out", absent, v)
+		}
+	}
+}
+
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -4,9 +4,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +14,8 @@ import (
 // TestConvergeRunningPods (issue 35): pods that run before the plugin's
 // first start get the defaults without a restart; a reload reaches them;
 // a key that leaves the config goes back to the value the pod had before
-// the plugin's first write, also after a restart of the plugin; a value
+// the plugin's first write (a fresh namespace's for a pod created under
+// the plugin), also after a restart of the plugin; a value
 // another writer set stays; the pod's own value, an excluded pod, a
 // hostNetwork pod's net keys and the host's values are untouched. Every
 // value is read inside the pods' containers, or on the host.
@@ -72,6 +71,12 @@ func TestConvergeRunningPods(t *testing.T) {
 
 	first := startPlugin(t, defaultsYAML(nodeDefaults)+exclude, "--pod-state-dir", stateDir)
 	converged("pods running before the plugin's first start", expect(nodeDefaults))
+	// A pod created under the plugin: the plugin never saw its values
+	// before its own, so a key that leaves the config goes back to a
+	// fresh namespace's value, the kernel's here.
+	late := runPod(t, PodSpec{Name: "late", Namespace: space})
+	ctr[late] = runContainer(t, late, "app")
+	wantSysctls(t, "pod created under the plugin", readSysctls(t, ctr[late], keys...), nodeDefaults)
 
 	// Another writer (an operator by hand) sets a key the plugin set.
 	const otherValue = "41"
@@ -85,6 +90,8 @@ func TestConvergeRunningPods(t *testing.T) {
 	afterReload := expect(with(next, "kernel.msgmax", kernel["kernel.msgmax"]))
 	afterReload[plain] = with(afterReload[plain], "net.ipv4.tcp_keepalive_intvl", otherValue)
 	afterReload[hostNet] = with(afterReload[hostNet], "kernel.msgmax", kernel["kernel.msgmax"])
+	afterReload[late] = afterReload[own]
+	afterReload[late] = with(afterReload[late], "net.ipv4.tcp_keepalive_intvl", next["net.ipv4.tcp_keepalive_intvl"])
 	converged("a reload (650, kernel.msgmax removed, another writer's intvl)", afterReload)
 
 	// A restart of the plugin on the same state: the plugin's own values
@@ -100,6 +107,7 @@ func TestConvergeRunningPods(t *testing.T) {
 	}
 	afterRestart[hostNet] = with(afterRestart[hostNet], "net.ipv4.tcp_keepalive_time", hostBefore["net.ipv4.tcp_keepalive_time"])
 	afterRestart[plain] = with(afterRestart[plain], "net.ipv4.tcp_keepalive_intvl", otherValue)
+	afterRestart[late] = with(afterRestart[own], "net.ipv4.tcp_keepalive_intvl", last["net.ipv4.tcp_keepalive_intvl"])
 	converged("a restart with tcp_keepalive_time out of the config", afterRestart)
 }
 
@@ -107,27 +115,10 @@ func TestConvergeRunningPods(t *testing.T) {
 // host, as an operator would by hand.
 func setInPod(t *testing.T, c *cluster, pod *Pod, key, value string) {
 	t.Helper()
-	out, err := c.crictlRaw("inspectp", "-o", "json", pod.ID)
-	if err != nil {
-		t.Fatal(err)
+	file := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	if out, err := c.command("nsenter", "--net="+c.podNetnsPath(t, pod.ID), "sh", "-c", "echo "+value+" > "+file).CombinedOutput(); err != nil {
+		t.Fatalf("set %s=%s in pod %s: %v\n%s", key, value, pod.Spec.Name, err, out)
 	}
-	var v map[string]any
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatal(err)
-	}
-	nss, _ := jsonPath(v, "info", "runtimeSpec", "linux", "namespaces")
-	list, _ := nss.([]any)
-	for _, ns := range list {
-		m, _ := ns.(map[string]any)
-		if path, _ := m["path"].(string); m["type"] == "network" && path != "" {
-			file := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
-			if out, err := c.command("nsenter", "--net="+path, "sh", "-c", "echo "+value+" > "+file).CombinedOutput(); err != nil {
-				t.Fatalf("set %s=%s in pod %s: %v\n%s", key, value, pod.Spec.Name, err, out)
-			}
-			return
-		}
-	}
-	t.Fatalf("no network namespace path for pod %s", pod.Spec.Name)
 }
 
 // TestConvergeUserNamespacePod: a hostUsers: false pod running before the
@@ -136,24 +127,7 @@ func setInPod(t *testing.T, c *cluster, pod *Pod, key, value string) {
 // writer cannot set there stays the kernel's, counted once as cannot
 // converge.
 func TestConvergeUserNamespacePod(t *testing.T) {
-	c := getCluster(t)
-	for _, dir := range []string{c.tmp, c.state, c.root} {
-		if err := os.Chmod(dir, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pod, err := c.runPodErr(PodSpec{Name: "userns", Namespace: "e2e-converge-userns", UserNamespace: true, RuntimeHandler: usernsRuntimeHandler})
-	if err != nil {
-		t.Fatalf("user-namespace pod: %v", err)
-	}
-	t.Cleanup(func() { c.removePod(pod.ID) })
-	id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
-	if err == nil {
-		_, err = c.crictlRaw("start", id)
-	}
-	if err != nil {
-		t.Fatalf("user-namespace container: %v", err)
-	}
+	id := runUserNamespacePod(t, "userns", "e2e-converge-userns")
 	keys := []string{"kernel.msgmax", "net.ipv4.ping_group_range", "net.ipv4.tcp_keepalive_time"}
 	before := readSysctls(t, id, keys...)
 	if before["net.ipv4.tcp_keepalive_time"] == "600" || before["kernel.msgmax"] == "16384" {

@@ -445,7 +445,14 @@ func (c *cluster) netnsDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer c.removePod(pod.ID)
-	out, err := c.crictlRaw("inspectp", "-o", "json", pod.ID)
+	return filepath.Dir(c.podNetnsPath(t, pod.ID))
+}
+
+// podNetnsPath is the path of a pod's network namespace, from crictl
+// inspectp.
+func (c *cluster) podNetnsPath(t *testing.T, podID string) string {
+	t.Helper()
+	out, err := c.crictlRaw("inspectp", "-o", "json", podID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +465,7 @@ func (c *cluster) netnsDir(t *testing.T) string {
 	for _, ns := range list {
 		m, _ := ns.(map[string]any)
 		if path, _ := m["path"].(string); m["type"] == "network" && path != "" {
-			return filepath.Dir(path)
+			return path
 		}
 	}
 	t.Fatalf("no network namespace path in crictl inspectp:\n%s", out)

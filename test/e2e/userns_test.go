@@ -26,27 +26,10 @@ func TestUserNamespacePod(t *testing.T) {
 		t.Fatalf("test value net.core.xfrm_acq_expires=%s equals the host's; pick another", xfrmAcqExpires)
 	}
 	startPlugin(t, "sysctls:\n  "+key+": \"0 2147483647\"\n  net.ipv4.tcp_keepalive_time: \"600\"\n  net.core.xfrm_acq_expires: \""+xfrmAcqExpires+"\"\n")
-	// The pod's root (host uid 100000) must be able to reach its rootfs.
-	for _, dir := range []string{c.tmp, c.state, c.root} {
-		if err := os.Chmod(dir, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if _, err := os.Stat(usernsRunc(c)); err != nil {
 		t.Fatalf("runc %s for user-namespace pods is missing: run test/setup.sh: %v", usernsRuncVersion, err)
 	}
-	pod, err := c.runPodErr(PodSpec{Name: "userns", Namespace: "e2e-userns", UserNamespace: true, RuntimeHandler: usernsRuntimeHandler})
-	if err != nil {
-		t.Fatalf("user-namespace pod: %v", err)
-	}
-	t.Cleanup(func() { c.removePod(pod.ID) })
-	id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
-	if err == nil {
-		_, err = c.crictlRaw("start", id)
-	}
-	if err != nil {
-		t.Fatalf("user-namespace container: %v", err)
-	}
+	id := runUserNamespacePod(t, "userns", "e2e-userns")
 	if got := strings.Join(strings.Fields(readSysctl(t, id, key)), " "); got != "0 65535" {
 		t.Errorf("%s = %q, want the clamped \"0 65535\"", key, got)
 	}
@@ -77,7 +60,6 @@ func TestUserNamespacePod(t *testing.T) {
 // (runc refused kernel.domainname in such pods: "open sysctl
 // kernel.domainname file: reopen fd 10: permission denied".)
 func TestUserNamespacePodStartsWithEveryKeyClass(t *testing.T) {
-	c := getCluster(t)
 	want := map[string]string{
 		"kernel.domainname":           "nri.test",
 		"kernel.msgmax":               "16384",
@@ -86,23 +68,7 @@ func TestUserNamespacePodStartsWithEveryKeyClass(t *testing.T) {
 	}
 	clamped := map[string]string{"net.ipv4.ping_group_range": "0 65535"}
 	startPlugin(t, defaultsYAML(want))
-	for _, dir := range []string{c.tmp, c.state, c.root} {
-		if err := os.Chmod(dir, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pod, err := c.runPodErr(PodSpec{Name: "userns-all", Namespace: "e2e-userns", UserNamespace: true, RuntimeHandler: usernsRuntimeHandler})
-	if err != nil {
-		t.Fatalf("user-namespace pod did not start: %v", err)
-	}
-	t.Cleanup(func() { c.removePod(pod.ID) })
-	id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
-	if err == nil {
-		_, err = c.crictlRaw("start", id)
-	}
-	if err != nil {
-		t.Fatalf("user-namespace container did not start: %v", err)
-	}
+	id := runUserNamespacePod(t, "userns-all", "e2e-userns")
 	skipped := containerAnnotations(t, id)[annotationSkipped]
 	for _, key := range sortedKeys(want) {
 		value := want[key]
@@ -127,4 +93,30 @@ func TestUserNamespacePodStartsWithEveryKeyClass(t *testing.T) {
 		got[k] = strings.Join(strings.Fields(v), " ") // the kernel prints ranges with a tab
 	}
 	wantSysctls(t, "ordinary pod", got, want)
+}
+
+// runUserNamespacePod runs a hostUsers: false pod (removed when the test
+// ends) with one sleeping container, and returns the container's ID.
+func runUserNamespacePod(t *testing.T, name, namespace string) string {
+	t.Helper()
+	c := getCluster(t)
+	// The pod's root (host uid 100000) must be able to reach its rootfs.
+	for _, dir := range []string{c.tmp, c.state, c.root} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod, err := c.runPodErr(PodSpec{Name: name, Namespace: namespace, UserNamespace: true, RuntimeHandler: usernsRuntimeHandler})
+	if err != nil {
+		t.Fatalf("user-namespace pod did not start: %v", err)
+	}
+	t.Cleanup(func() { c.removePod(pod.ID) })
+	id, err := c.createContainerErr(pod, "app", []string{"sleep", "3600"})
+	if err == nil {
+		_, err = c.crictlRaw("start", id)
+	}
+	if err != nil {
+		t.Fatalf("user-namespace container did not start: %v", err)
+	}
+	return id
 }
