@@ -510,7 +510,7 @@ func TestBenchCreatePath(t *testing.T) {
 		{Name: "nri-sysctl", want: want, start: func(t *testing.T) *benchPlugin {
 			// The production log level: debug logs every decision.
 			return startBenchPlugin(t, c, "nri-sysctl", bin,
-				"--config", cfgPath, "--nri-socket", c.nriSock,
+				"--config", cfgPath, "--nri-socket", c.nriSock, "--pod-state-dir", filepath.Join(c.tmp, "pod-state"),
 				"--containerd-address", c.grpcSock, "--containerd-namespace", k8sNamespace,
 				"--log-level", "info")
 		}},
@@ -518,7 +518,7 @@ func TestBenchCreatePath(t *testing.T) {
 	metricsOn := &benchConfig{Name: "nri-sysctl+metrics", want: want, metricsAddr: freeAddress(t)}
 	metricsOn.start = func(t *testing.T) *benchPlugin {
 		return startBenchPlugin(t, c, metricsOn.Name, bin,
-			"--config", cfgPath, "--nri-socket", c.nriSock,
+			"--config", cfgPath, "--nri-socket", c.nriSock, "--pod-state-dir", filepath.Join(c.tmp, "pod-state"),
 			"--containerd-address", c.grpcSock, "--containerd-namespace", k8sNamespace,
 			"--log-level", "info", "--metrics-address", metricsOn.metricsAddr)
 	}
@@ -868,7 +868,7 @@ func TestBenchChurn(t *testing.T) {
 	want := benchWant()
 	keys := sortedKeys(want)
 	bp := startBenchPlugin(t, c, "nri-sysctl", bin,
-		"--config", cfgPath, "--nri-socket", c.nriSock,
+		"--config", cfgPath, "--nri-socket", c.nriSock, "--pod-state-dir", filepath.Join(c.tmp, "pod-state"),
 		"--containerd-address", c.grpcSock, "--containerd-namespace", k8sNamespace,
 		"--log-level", "debug")
 	hwm0, rss0 := bp.memory()

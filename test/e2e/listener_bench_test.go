@@ -72,7 +72,7 @@ func TestBenchIdleConnections(t *testing.T) {
 	addr := freeAddress(t)
 	// No NRI socket: the plugin retries registering while it serves.
 	// The temp dir is below a world-writable /tmp.
-	cmd := exec.Command(bin, "--config", cfg, "--allow-insecure-config", "--skip-kernel-check", "--nri-socket", filepath.Join(dir, "none.sock"), "--metrics-address", addr, "--log-level", "warn")
+	cmd := exec.Command(bin, "--config", cfg, "--allow-insecure-config", "--skip-kernel-check", "--nri-socket", filepath.Join(dir, "none.sock"), "--pod-state-dir", filepath.Join(dir, "pod-state"), "--metrics-address", addr, "--log-level", "warn")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
