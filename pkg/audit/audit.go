@@ -150,7 +150,7 @@ func judge(in auditInput) verdict {
 			case got.Err != nil:
 				wrong = append(wrong, s.Key()+": cannot read: "+got.Err.Error())
 			case sameValue(got.Value, want):
-			case setByOther(in.state[s.Key()], got.Value):
+			case in.state[s.Key()].ChangedByOther(got.Value):
 				other = append(other, fmt.Sprintf("%s=%s (the plugin set %s)", s.Key(), got.Value, in.state[s.Key()].Set))
 			default:
 				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s", s.Key(), got.Value, want))
@@ -188,13 +188,6 @@ func judge(in auditInput) verdict {
 		return verdict{ok: true, why: "no annotation; nothing to apply"}
 	}
 	return verdict{ok: false, why: "no nri-sysctl annotation: created while the plugin was not registered"}
-}
-
-// setByOther: the plugin set the key, and its live value is neither what
-// it set nor what was there before its first write (converge.Plan's rule).
-func setByOther(w converge.Written, live string) bool {
-	backBefore := w.HasBefore && sameValue(live, w.Before)
-	return w.HasSet && !sameValue(live, w.Set) && !backBefore
 }
 
 // setByPlugin is the pod's state, once per pod; a state audit cannot read

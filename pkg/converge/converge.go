@@ -164,10 +164,14 @@ func giveBack(k Key) Step {
 
 // changedByOther: the plugin set the key, and the live value is neither
 // what it set nor what was there before its first write.
-func changedByOther(k Key) bool {
-	w := k.Written
-	backBefore := w.HasBefore && same(k.Live, w.Before)
-	return w.HasSet && !same(k.Live, w.Set) && !backBefore
+func changedByOther(k Key) bool { return k.Written.ChangedByOther(k.Live) }
+
+// ChangedByOther tells whether live was set by another writer: the plugin
+// set the key, and live is neither what it set nor what was there before
+// its first write. audit reads live values by the same rule.
+func (w Written) ChangedByOther(live string) bool {
+	backBefore := w.HasBefore && same(live, w.Before)
+	return w.HasSet && !same(live, w.Set) && !backBefore
 }
 
 func keep(k Key, reason string, w Written) Step {
