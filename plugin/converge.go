@@ -175,13 +175,15 @@ func (p *plugin) convergeRunningPods(ctx context.Context) {
 	}
 }
 
-// convergePass brings every running pod to the config in force now.
+// convergePass drops the state of pods no longer running, then brings
+// every running pod to the config in force now.
 func (p *plugin) convergePass(ctx context.Context) {
+	pods, injected := p.running.list()
+	p.pruneStates(pods)
 	cur := p.current.Load()
 	if p.runningPods(cur.cfg) == config.RunningPodsKeep {
 		return
 	}
-	pods, injected := p.running.list()
 	fresh := freshCache{read: p.freshValues, log: p.log}
 	for _, pod := range pods {
 		if ctx.Err() != nil {
@@ -189,6 +191,22 @@ func (p *plugin) convergePass(ctx context.Context) {
 		}
 		p.requests.waitQuiet(yieldQuiet, yieldWait)
 		p.convergePod(ctx, cur, pod, injected[pod.GetId()], &fresh)
+	}
+}
+
+// pruneStates removes the state of pods not in running: removed while the
+// plugin was away, or while a pass saved theirs. Only the worker writes
+// the states, so none is made meanwhile.
+func (p *plugin) pruneStates(running []*api.PodSandbox) {
+	if p.podState == nil {
+		return
+	}
+	ids := make(map[string]bool, len(running))
+	for _, pod := range running {
+		ids[pod.GetId()] = true
+	}
+	if _, err := p.podState.Prune(func(id string) bool { return ids[id] }); err != nil {
+		p.log.WithError(err).Warn("cannot prune the state of removed pods")
 	}
 }
 
@@ -481,25 +499,6 @@ func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, 
 func closeFd(fd int) {
 	if fd > 0 {
 		_ = unix.Close(fd)
-	}
-}
-
-// waitQuiet waits until no NRI request is under way and none returned for
-// quiet, at most for limit.
-func (g *requestGate) waitQuiet(quiet, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for {
-		g.mu.Lock()
-		wait := time.Until(g.lastDone.Add(quiet))
-		if g.running > 0 {
-			wait = quiet
-		}
-		g.mu.Unlock()
-		left := time.Until(deadline)
-		if wait <= 0 || left <= 0 {
-			return
-		}
-		time.Sleep(min(wait, left, 5*time.Millisecond))
 	}
 }
 

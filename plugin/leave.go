@@ -192,6 +192,25 @@ func (g *requestGate) done() {
 	}
 }
 
+// waitQuiet waits until no NRI request is under way and none returned for
+// quiet, at most for limit.
+func (g *requestGate) waitQuiet(quiet, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		g.mu.Lock()
+		wait := time.Until(g.lastDone.Add(quiet))
+		if g.running > 0 {
+			wait = quiet
+		}
+		g.mu.Unlock()
+		left := time.Until(deadline)
+		if wait <= 0 || left <= 0 {
+			return
+		}
+		time.Sleep(min(wait, left, 5*time.Millisecond))
+	}
+}
+
 // leave refuses every request from now on and waits until those under
 // way have returned, or until timeout. It tells whether they all did.
 func (g *requestGate) leave(timeout time.Duration) bool {

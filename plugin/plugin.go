@@ -63,13 +63,8 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	p.records.retain(func(id string) bool { return byID[id] != nil })
 	p.running.set(pods, ctrs)
-	if p.podState != nil {
-		if _, err := p.podState.Prune(func(id string) bool { return byID[id] != nil }); err != nil {
-			p.log.WithError(err).Warn("cannot prune the state of removed pods")
-		}
-	}
 	// After Synchronize returns: the runtime holds its NRI lock for the
-	// whole call, so the worker writes into running pods only then.
+	// whole call, so the worker reads and writes files and pods only then.
 	p.kickConvergence()
 	missing := lackingDefaults(p.current.Load().policy, byID, ctrs)
 	p.meter.Load().synchronizedWith(missing)
