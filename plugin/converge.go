@@ -6,6 +6,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -413,6 +414,7 @@ func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge
 	log := p.recordLog(rec)
 	var writes []sysctl.Sysctl
 	var changes []string
+	held := maps.Clone(memory)
 	for _, s := range steps {
 		switch s.Action {
 		case converge.Write, converge.Restore:
@@ -457,7 +459,8 @@ func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge
 			m.convergeKeys("restored", 1)
 		}
 	}
-	if p.podState != nil {
+	// A pass that changed nothing the plugin holds writes no file.
+	if p.podState != nil && !maps.Equal(held, memory) {
 		if err := p.podState.Save(rec.id, memory); err != nil {
 			log.WithError(err).Warn("cannot keep what the plugin set in the pod")
 		}
