@@ -494,7 +494,6 @@ func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, 
 	next.own, next.lookedUp = own, looked
 	next.written = written
 	next.writes = writeDone
-	next.setOnSpec = written
 	next.leftToOther = others
 	p.records.replace(old, next)
 }

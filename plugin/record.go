@@ -46,6 +46,14 @@ type podRecord struct {
 	// profilesReported is set once the pod's profiles were counted and
 	// logged.
 	profilesReported bool
+	// written is what the plugin set in the pod: the keys really in its
+	// namespaces (namespace mode, a convergence), or in spec mode what it
+	// put on the last container's spec, which runc wrote there.
+	written []sysctl.Sysctl
+	// leftToOther: keys a convergence found set by another writer in the
+	// running pod; its next container's spec leaves them out, so that
+	// runc does not overwrite them. Fixed when the record is made.
+	leftToOther map[string]bool
 
 	// Namespace mode only.
 	// target is where the pod's namespaces are (readSandbox).
@@ -54,16 +62,8 @@ type podRecord struct {
 	// pidfd taken then (0 if none; closed when the record is dropped):
 	// every write through the pid checks it is still that process.
 	sandboxPid, sandboxPidfd int
-	written                  []sysctl.Sysctl // keys really in the pod's namespaces
-	// setOnSpec is what the plugin last put on a container's spec (spec
-	// mode), for convergence: the values runc wrote into the pod.
-	setOnSpec []sysctl.Sysctl
-	// leftToOther: keys a convergence found set by another writer in the
-	// running pod; its next container's spec leaves them out, so that
-	// runc does not overwrite them. Fixed when the record is made.
-	leftToOther map[string]bool
-	writeErrs   []podns.WriteError // keys the last attempt failed on
-	writes      writeState
+	writeErrs                []podns.WriteError // keys the last attempt failed on
+	writes                   writeState
 }
 
 // newPodRecord is the record of a pod first seen now, under cfg.
@@ -252,10 +252,11 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
 }
 
-// noteSetOnSpec keeps what the plugin put on a container's spec.
+// noteSetOnSpec keeps what the plugin put on a container's spec (spec
+// mode).
 func (r *podRecord) noteSetOnSpec(applied []sysctl.Sysctl) {
 	r.mu.Lock()
-	r.setOnSpec = applied
+	r.written = applied
 	r.mu.Unlock()
 }
 
@@ -263,13 +264,7 @@ func (r *podRecord) noteSetOnSpec(applied []sysctl.Sysctl) {
 func (r *podRecord) setByPlugin() []sysctl.Sysctl {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := append([]sysctl.Sysctl(nil), r.written...)
-	for _, s := range r.setOnSpec {
-		if !hasKey(out, s.Key()) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return append([]sysctl.Sysctl(nil), r.written...)
 }
 
 // holdSandbox keeps the pod's process as first seen (namespace mode).
