@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
@@ -159,8 +160,15 @@ func (p *plugin) kickConvergence() {
 }
 
 // convergeRunningPods is the worker: once the runtime has synchronized
-// with the plugin, a pass per kick, until ctx ends.
+// with the plugin, a pass per kick, until ctx ends. It runs at the lowest
+// priority (nsthread.Background), and so do the namespace threads it
+// makes: on a busy node, containerd, the shims, runc and the plugin's
+// handlers take the CPU first.
 func (p *plugin) convergeRunningPods(ctx context.Context) {
+	nsthread.Background(func() { p.convergeOnKick(ctx) })
+}
+
+func (p *plugin) convergeOnKick(ctx context.Context) {
 	select {
 	case <-p.synchronized:
 	case <-ctx.Done():

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
@@ -313,5 +315,35 @@ func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
 	p.convergePass(context.Background())
 	if got, want := ns.takeWrites(), "kernel.msgmax=8192,net.ipv4.tcp_keepalive_time=7200"; got != want {
 		t.Errorf("keys that left the config: wrote %q, want %q (a fresh namespace's values)", got, want)
+	}
+}
+
+// The worker runs at the lowest priority, so that on a busy node the
+// runtime and the handlers take the CPU first: its writes are made from a
+// thread at nsthread.BackgroundNice.
+func TestConvergeWorkerRunsInTheBackground(t *testing.T) {
+	p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n", t.TempDir(), nil)
+	nice := make(chan int, 1)
+	p.writeNamespaces = func(target podns.Target, list []sysctl.Sysctl) []podns.WriteError {
+		select {
+		case nice <- threadNiceForTest(t):
+		default:
+		}
+		return ns.write(target, list)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.convergeRunningPods(ctx) }()
+	defer func() { cancel(); <-done }()
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{runningPod("bg", "network", "ipc", "uts")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-nice:
+		if got != nsthread.BackgroundNice {
+			t.Errorf("the worker wrote from a thread at nice %d, want %d", got, nsthread.BackgroundNice)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker wrote nothing within 30 s of Synchronize")
 	}
 }

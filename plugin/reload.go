@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -205,7 +206,12 @@ func (p *plugin) loadFile(path string) (*config.Config, error) {
 // reload re-reads the config file; a bad file, or one whose mode the
 // runtime cannot take, is rejected whole and the config in force stays.
 func (p *plugin) reload(path string) {
-	cfg, err := p.loadFile(path)
+	// Reading and checking the file (its kernel check makes namespaces)
+	// is off every request's path, so it runs at the lowest priority;
+	// putting it in force takes the lock Configure needs, so that does not.
+	var cfg *config.Config
+	var err error
+	nsthread.Background(func() { cfg, err = p.loadFile(path) })
 	if err == nil {
 		err = p.applyConfig(cfg)
 	}

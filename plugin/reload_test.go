@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
@@ -20,6 +21,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/plugin/internal/trusteddir"
 	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // Review finding 13: the containerd a config names and the config itself go
@@ -189,4 +191,38 @@ func TestReloadSwapsConfigAndModeAsOne(t *testing.T) {
 	if rec.cfg.cfg != old || rec.cfg.mode != runtimemode.Spec {
 		t.Fatalf("the pod seen mid-reload has config mode %q in mode %s: a config and a mode of different loads", rec.cfg.cfg.Mode, rec.cfg.mode)
 	}
+}
+
+// A reload reads and checks its file at the lowest priority, beside the
+// runtime's requests (the kernel check makes namespaces); putting it in
+// force, under the lock Configure takes, is not lowered.
+func TestReloadChecksInTheBackground(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	checked, applied := -1, -1
+	p.check = func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+		checked = threadNiceForTest(t)
+		return nil, nil, nil
+	}
+	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) {
+		applied = threadNiceForTest(t)
+		return nil, nil
+	})
+	p.reload(trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 610\n"))
+	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "610" {
+		t.Fatalf("the reload did not put the file in force: %+v", got)
+	}
+	if checked != nsthread.BackgroundNice || applied != 0 {
+		t.Errorf("nice: the kernel check at %d (want %d), the user namespace probe under the lock at %d (want 0)", checked, nsthread.BackgroundNice, applied)
+	}
+}
+
+// threadNiceForTest is the calling thread's nice value (-1 on an error,
+// reported; callable from any goroutine).
+func threadNiceForTest(t *testing.T) int {
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		t.Error(err)
+		return -1
+	}
+	return 20 - prio // the raw system call returns 20 - nice
 }

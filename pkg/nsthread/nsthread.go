@@ -20,10 +20,15 @@ import (
 // exception: Go cannot end it and would park it for good, still in whatever
 // namespaces fn entered (and keep a pod's netns alive). On the main thread
 // Run holds the thread and calls fn from another goroutine, which cannot
-// be scheduled there meanwhile.
+// be scheduled there meanwhile. The thread runs at its caller's nice
+// value, so that Run from Background work stays in the background.
 func Run(fn func()) {
+	nice := threadNice()
 	done := make(chan struct{})
-	go onThread(fn, done)
+	go onThread(func() {
+		setThreadNice(nice)
+		fn()
+	}, done)
 	<-done
 }
 
@@ -39,6 +44,41 @@ func onThread(fn func(), done chan<- struct{}) {
 	}
 	defer close(done)
 	fn()
+}
+
+// BackgroundNice is the nice value of Background's thread: the lowest
+// priority, so the runtime's processes and the plugin's handlers, at 0,
+// take the CPU first whenever they want it.
+const BackgroundNice = 19
+
+// Background calls fn as Run does, on a thread at BackgroundNice: for work
+// beside the runtime's requests, never on their path, such as bringing
+// running pods to a new config. The namespace threads fn's Run calls make
+// are at BackgroundNice too.
+func Background(fn func()) {
+	Run(func() {
+		setThreadNice(BackgroundNice)
+		fn()
+	})
+}
+
+// threadNice is the calling thread's nice value (Linux keeps one per
+// thread); 0 if it cannot be read.
+func threadNice() int {
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return 0
+	}
+	return 20 - prio // the raw system call returns 20 - nice
+}
+
+// setThreadNice sets the calling (locked, thrown-away) thread's nice
+// value; raising it needs no privilege, and a failure leaves it at the
+// process's, which is where it would be anyway.
+func setThreadNice(nice int) {
+	if nice != 0 {
+		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, nice)
+	}
 }
 
 // procSys is where sysctls are written.

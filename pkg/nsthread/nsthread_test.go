@@ -113,3 +113,25 @@ func TestRunThreadIsThrownAway(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Background work runs at the lowest priority, and so do the namespace
+// threads it asks Run for; the caller's thread and Run's other callers
+// keep theirs.
+func TestBackgroundRunsAtTheLowestPriority(t *testing.T) {
+	var outer, inner, innerTid, outerTid int
+	Background(func() {
+		outer, outerTid = threadNice(), unix.Gettid()
+		Run(func() { inner, innerTid = threadNice(), unix.Gettid() })
+	})
+	if outer != BackgroundNice || inner != BackgroundNice {
+		t.Errorf("nice: Background's thread %d, its Run's thread %d; want %d for both", outer, inner, BackgroundNice)
+	}
+	if innerTid == outerTid {
+		t.Errorf("Run inside Background ran on Background's own thread %d", outerTid)
+	}
+	var plain int
+	Run(func() { plain = threadNice() })
+	if here := threadNice(); here != 0 || plain != 0 {
+		t.Errorf("after Background: the caller's thread at nice %d, a plain Run's at %d; want 0 (Background's threads end with it)", here, plain)
+	}
+}

@@ -6,7 +6,8 @@
 // restart the plugin still tells its own values from another writer's.
 // One small file per pod in a directory only root can change (by default
 // on /run, a tmpfs: gone at reboot, with the pods). Files are written
-// whole or not at all, and read as strictly as the config: a file that is
+// whole or not at all, and not synced (the machine's restart ends the pods
+// they describe), and read as strictly as the config: a file that is
 // not root's, too large, or holds an unknown field, a bad key or a bad
 // value is refused with its path and the reason, never half-read.
 package podstate
@@ -120,7 +121,7 @@ func (s *Store) Save(podID string, keys map[string]converge.Written) error {
 	if len(text) > maxFileSize {
 		return fmt.Errorf("%s: not written: %d bytes, more than %d", path, len(text), maxFileSize)
 	}
-	return atomicfile.Write(path, append(text, '\n'), 0o600)
+	return atomicfile.WriteVolatile(path, append(text, '\n'), 0o600)
 }
 
 // Load reads a pod's state; a pod without a file has none (an empty map).

@@ -702,14 +702,31 @@ func TestVMBrokenUnitIsCaught(t *testing.T) {
 	v := bootVM(t, img, "service", "protecthostname")
 	// The kernel probe sees /proc/sys/kernel/domainname read-only in the
 	// unit's mount namespace: the plugin refuses its config and does not
-	// start, so kubelet (which requires it) runs no pod. That is the
-	// broken unit caught at boot, before any pod.
-	if err := v.waitPods([]string{"hostnet"}, 4*time.Minute); err != nil {
-		why, _ := v.run("journalctl -u nri-sysctl --no-pager -o cat | grep -m3 -i domainname", time.Minute)
-		if !strings.Contains(why, "kernel.domainname") {
-			t.Fatalf("no pod runs with the broken unit (%v), and nri-sysctl's journal does not name kernel.domainname:\n%s", err, why)
+	// start, so kubelet (which requires it) never starts and runs no pod.
+	// That is the broken unit caught at boot, before any pod. It shows as
+	// the refusal naming the key, made again after a restart (so it is no
+	// passing fault), with kubelet never started and no container running;
+	// had the plugin started instead, a pod runs.
+	var caught string
+	v.waitFor("the plugin's refusal naming kernel.domainname, or a running pod", 4*time.Minute, func() bool {
+		if id, err := v.appContainer("hostnet"); err == nil && id != "" {
+			return true
 		}
-		t.Logf("as it must, the broken unit is caught: nri-sysctl refuses to start, and kubelet with it:\n%s", why)
+		why, _ := v.run("journalctl -u nri-sysctl --no-pager -o cat | grep -m3 -i domainname", time.Minute)
+		if strings.Contains(why, "kernel.domainname") && v.unitPropInt("nri-sysctl.service", "NRestarts") >= 1 {
+			caught = why
+			return true
+		}
+		return false
+	})
+	if caught != "" {
+		started := v.unitPropInt("kubelet.service", "ExecMainStartTimestampMonotonic")
+		running, err := v.run("crictl ps -q --state running", 2*time.Minute)
+		if started != 0 || err != nil || strings.TrimSpace(running) != "" {
+			t.Fatalf("the plugin refused its config, yet kubelet started at %d µs (want never) and the running containers are %q (%v)", started, running, err)
+		}
+		t.Logf("as it must, the broken unit is caught: nri-sysctl refuses to start (NRestarts %d), kubelet never started, no container runs:\n%s",
+			v.unitPropInt("nri-sysctl.service", "NRestarts"), caught)
 		return
 	}
 	// Had the plugin started, the pods are where it shows: hostnet has no
