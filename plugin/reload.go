@@ -27,13 +27,20 @@ import (
 // probes found for it, its policy, its lookup and its mode are swapped in
 // as one.
 func (p *plugin) applyConfig(cfg *config.Config) error {
+	return p.applyProbed(cfg, p.probeUserNamespaces(cfg))
+}
+
+// applyProbed is applyConfig with the user namespace probe of cfg already
+// run, outside the lock, so that a probe at a reload's low priority never
+// holds Configure up.
+func (p *plugin) applyProbed(cfg *config.Config, probed userNamespaceProbed) error {
 	p.applying.Lock()
 	defer p.applying.Unlock()
 	if err := checkInheritanceExpanded(cfg); err != nil {
 		return err
 	}
 	prev := p.current.Load()
-	refused, err := p.userNamespaceRefusals(cfg, prev)
+	refused, err := p.userNamespaceRefusals(probed, prev)
 	if err != nil {
 		return err
 	}
@@ -71,17 +78,16 @@ func logUnboundedProfiles(log *logrus.Logger, cfg *config.Config) {
 // in force.
 var beforeConfigStore func()
 
-// userNamespaceRefusals runs the user namespace probe for cfg (when the
-// kernel check is on) and returns the keys to leave out for such pods. A
+// userNamespaceRefusals turns the user namespace probe's result into the
+// keys to leave out for such pods. A
 // value a writer is refused rejects cfg. Without a result, user-namespace
 // pods would get keys the kernel refuses them: the last result is kept if
 // it covers every key, or else cfg is rejected.
-func (p *plugin) userNamespaceRefusals(cfg *config.Config, prev *loaded) (policy.UserNamespaceRefusals, error) {
-	keys := cfg.AllKeys()
-	if p.check == nil || len(keys) == 0 {
+func (p *plugin) userNamespaceRefusals(probed userNamespaceProbed, prev *loaded) (policy.UserNamespaceRefusals, error) {
+	if !probed.ran {
 		return nil, nil
 	}
-	res, err := CheckUserNamespace(cfg, probeUserNamespace)
+	keys, res, err := probed.cfg.AllKeys(), probed.res, probed.err
 	var problems config.Problems
 	switch {
 	case errors.As(err, &problems):
@@ -102,6 +108,25 @@ func (p *plugin) userNamespaceRefusals(cfg *config.Config, prev *loaded) (policy
 		}
 	}
 	return policy.RefusalsOf(res.Refused), nil
+}
+
+// userNamespaceProbed is the user namespace probe's result for cfg; ran
+// is false where there was nothing to probe (no kernel check, no key).
+type userNamespaceProbed struct {
+	cfg *config.Config
+	ran bool
+	res probe.UserNamespaceResult
+	err error
+}
+
+// probeUserNamespaces runs the user namespace probe for cfg, when the
+// kernel check is on and cfg has keys.
+func (p *plugin) probeUserNamespaces(cfg *config.Config) userNamespaceProbed {
+	if p.check == nil || len(cfg.AllKeys()) == 0 {
+		return userNamespaceProbed{cfg: cfg}
+	}
+	res, err := CheckUserNamespace(cfg, probeUserNamespace)
+	return userNamespaceProbed{cfg: cfg, ran: true, res: res, err: err}
 }
 
 // UserNamespaceProbe runs the user namespace probe with values per writer.
@@ -206,14 +231,20 @@ func (p *plugin) loadFile(path string) (*config.Config, error) {
 // reload re-reads the config file; a bad file, or one whose mode the
 // runtime cannot take, is rejected whole and the config in force stays.
 func (p *plugin) reload(path string) {
-	// Reading and checking the file (its kernel check makes namespaces)
-	// is off every request's path, so it runs at the lowest priority;
-	// putting it in force takes the lock Configure needs, so that does not.
+	// Reading and checking the file (the kernel check and the user
+	// namespace probe make namespaces) is off every request's path, so it
+	// runs at the lowest priority; putting it in force takes the lock
+	// Configure needs, so that does not.
 	var cfg *config.Config
+	var probed userNamespaceProbed
 	var err error
-	nsthread.Background(func() { cfg, err = p.loadFile(path) })
+	nsthread.Background(func() {
+		if cfg, err = p.loadFile(path); err == nil {
+			probed = p.probeUserNamespaces(cfg)
+		}
+	})
 	if err == nil {
-		err = p.applyConfig(cfg)
+		err = p.applyProbed(cfg, probed)
 	}
 	p.meter.Load().reloaded(err)
 	if err != nil {

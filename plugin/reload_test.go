@@ -194,25 +194,29 @@ func TestReloadSwapsConfigAndModeAsOne(t *testing.T) {
 }
 
 // A reload reads and checks its file at the lowest priority, beside the
-// runtime's requests (the kernel check makes namespaces); putting it in
-// force, under the lock Configure takes, is not lowered.
+// runtime's requests (the kernel check and the user namespace probe make
+// namespaces); putting it in force, under the lock Configure takes, is not
+// lowered.
 func TestReloadChecksInTheBackground(t *testing.T) {
 	p := newTestPlugin(t, testConfig, &fakeFetcher{})
-	checked, applied := -1, -1
+	checked, probed, stored := -1, -1, -1
 	p.check = func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
 		checked = threadNiceForTest(t)
 		return nil, nil, nil
 	}
 	fakeUserNamespaceProbe(t, func([]string) (map[sysctl.Writer]map[string]error, error) {
-		applied = threadNiceForTest(t)
+		probed = threadNiceForTest(t)
 		return nil, nil
 	})
+	beforeConfigStore = func() { stored = threadNiceForTest(t) }
+	t.Cleanup(func() { beforeConfigStore = nil })
 	p.reload(trusteddir.WriteConfig(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 610\n"))
 	if got := p.current.Load().cfg.Sysctls; len(got) != 1 || got[0].Value != "610" {
 		t.Fatalf("the reload did not put the file in force: %+v", got)
 	}
-	if checked != nsthread.BackgroundNice || applied != 0 {
-		t.Errorf("nice: the kernel check at %d (want %d), the user namespace probe under the lock at %d (want 0)", checked, nsthread.BackgroundNice, applied)
+	if checked != nsthread.BackgroundNice || probed != nsthread.BackgroundNice || stored != 0 {
+		t.Errorf("nice: the kernel check at %d, the user namespace probe at %d (want %d for both), putting it in force under the lock at %d (want 0)",
+			checked, probed, nsthread.BackgroundNice, stored)
 	}
 }
 
