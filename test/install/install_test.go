@@ -348,9 +348,37 @@ func TestUnitLeavesWhatThePluginNeeds(t *testing.T) {
 			}
 		}
 	}
-	if v := unit["SystemCallFilter"]; strings.Contains(v, "@process") || strings.Contains(v, "setns") || strings.Contains(v, "unshare") {
-		t.Errorf("SystemCallFilter=%s blocks setns/unshare, which the plugin needs", v)
+	// SystemCallFilter may be repeated: the first line sets the kind (a
+	// "~" deny list here), later allow lines take calls back out of it.
+	filters := unitValues(t, filepath.Join(repoRoot(t), "systemd", "nri-sysctl.service"), "SystemCallFilter")
+	if len(filters) == 0 {
+		return
 	}
+	denied, allowed := filters[0], strings.Join(filters[1:], " ")
+	if strings.Contains(denied, "@process") || strings.Contains(denied, "setns") || strings.Contains(denied, "unshare") {
+		t.Errorf("SystemCallFilter=%s blocks setns/unshare, which the plugin needs", denied)
+	}
+	// The worker and a reload's checks lower their threads' priority: a
+	// denied setpriority kills the plugin (SIGSYS) as it starts.
+	if strings.Contains(denied, "@resources") && !slices.Contains(strings.Fields(allowed), "setpriority") {
+		t.Errorf("SystemCallFilter=%s denies setpriority (in @resources) and no later SystemCallFilter= allows it back: the plugin is killed as it starts", denied)
+	}
+}
+
+// unitValues is every value of key in the unit's lines, in order.
+func unitValues(t *testing.T, path, key string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && strings.TrimSpace(k) == key {
+			out = append(out, strings.TrimSpace(v))
+		}
+	}
+	return out
 }
 
 // readUnit reads a unit's Key=Value lines; a repeated key keeps the last.
