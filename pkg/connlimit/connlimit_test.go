@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -106,7 +107,11 @@ func TestActiveConnectionsAreKept(t *testing.T) {
 		fmt.Fprintln(w, "done")
 	})
 	l, addr := serve(t, 2, slow)
-	defer close(release)
+	// Both handlers are released at once: which of them a single send
+	// would wake is up to the scheduler, not the order they started in.
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	defer releaseAll()
 	var busy []net.Conn
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -130,7 +135,7 @@ func TestActiveConnectionsAreKept(t *testing.T) {
 	if n := held(l); n != 2 {
 		t.Fatalf("%d connections held, want the 2 busy ones", n)
 	}
-	release <- struct{}{}
+	releaseAll()
 	busy[0].SetReadDeadline(time.Now().Add(5 * time.Second))
 	line, err := bufio.NewReader(busy[0]).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
