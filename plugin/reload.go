@@ -40,7 +40,7 @@ func (p *plugin) applyProbed(cfg *config.Config, probed userNamespaceProbed) err
 		return err
 	}
 	prev := p.current.Load()
-	refused, err := p.userNamespaceRefusals(probed, prev)
+	refused, err := p.userNamespaceRefusals(cfg, probed, prev)
 	if err != nil {
 		return err
 	}
@@ -78,16 +78,16 @@ func logUnboundedProfiles(log *logrus.Logger, cfg *config.Config) {
 // in force.
 var beforeConfigStore func()
 
-// userNamespaceRefusals turns the user namespace probe's result into the
-// keys to leave out for such pods. A
-// value a writer is refused rejects cfg. Without a result, user-namespace
+// userNamespaceRefusals turns the user namespace probe's result for cfg
+// into the keys to leave out for such pods. A value a writer is refused
+// rejects cfg. Without a result, user-namespace
 // pods would get keys the kernel refuses them: the last result is kept if
 // it covers every key, or else cfg is rejected.
-func (p *plugin) userNamespaceRefusals(probed userNamespaceProbed, prev *loaded) (policy.UserNamespaceRefusals, error) {
+func (p *plugin) userNamespaceRefusals(cfg *config.Config, probed userNamespaceProbed, prev *loaded) (policy.UserNamespaceRefusals, error) {
 	if !probed.ran {
 		return nil, nil
 	}
-	keys, res, err := probed.cfg.AllKeys(), probed.res, probed.err
+	keys, res, err := cfg.AllKeys(), probed.res, probed.err
 	var problems config.Problems
 	switch {
 	case errors.As(err, &problems):
@@ -110,10 +110,9 @@ func (p *plugin) userNamespaceRefusals(probed userNamespaceProbed, prev *loaded)
 	return policy.RefusalsOf(res.Refused), nil
 }
 
-// userNamespaceProbed is the user namespace probe's result for cfg; ran
-// is false where there was nothing to probe (no kernel check, no key).
+// userNamespaceProbed is the user namespace probe's result for a config;
+// ran is false where there was nothing to probe (no kernel check, no key).
 type userNamespaceProbed struct {
-	cfg *config.Config
 	ran bool
 	res probe.UserNamespaceResult
 	err error
@@ -123,10 +122,10 @@ type userNamespaceProbed struct {
 // kernel check is on and cfg has keys.
 func (p *plugin) probeUserNamespaces(cfg *config.Config) userNamespaceProbed {
 	if p.check == nil || len(cfg.AllKeys()) == 0 {
-		return userNamespaceProbed{cfg: cfg}
+		return userNamespaceProbed{}
 	}
 	res, err := CheckUserNamespace(cfg, probeUserNamespace)
-	return userNamespaceProbed{cfg: cfg, ran: true, res: res, err: err}
+	return userNamespaceProbed{ran: true, res: res, err: err}
 }
 
 // UserNamespaceProbe runs the user namespace probe with values per writer.
