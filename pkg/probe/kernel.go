@@ -48,7 +48,7 @@ func Kernel(values map[string][]string) (refused map[string]error, stored map[st
 		}
 	}
 	nsthread.Run(func() {
-		if err = unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+		if err = unshareFreshPodNamespaces(); err != nil {
 			err = fmt.Errorf("kernel probe: cannot create throw-away namespaces (needs root): %w; use --skip-kernel-check to leave the kernel probe out", err)
 			return
 		}
@@ -129,7 +129,7 @@ func Fresh(names []string) (map[string]string, error) {
 	out := map[string]string{}
 	var err error
 	nsthread.Run(func() {
-		if err = unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+		if err = unshareFreshPodNamespaces(); err != nil {
 			err = fmt.Errorf("fresh namespaces: %w", err)
 			return
 		}
@@ -144,4 +144,12 @@ func Fresh(names []string) (map[string]string, error) {
 		}
 	})
 	return out, err
+}
+
+// unshareFreshPodNamespaces gives the calling (locked, thrown-away)
+// thread network, IPC and UTS namespaces of its own, as a new pod has. Its
+// user namespace stays the caller's: a multithreaded process cannot leave
+// it (user keys are probed in a helper process, userns.go).
+func unshareFreshPodNamespaces() error {
+	return unix.Unshare(sysctl.Net.CloneFlag() | sysctl.IPC.CloneFlag() | sysctl.UTS.CloneFlag())
 }
