@@ -41,6 +41,9 @@ K8S_VERSION=${NRI_SYSCTL_K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${NRI_SYSCTL_ETCD_VERSION:-v3.7.3}
 HELM_VERSION=${NRI_SYSCTL_HELM_VERSION:-v3.22.0}
 BUILD_TAGS="no_btrfs no_devmapper no_zfs"
+# Test tools carry no symbol table or DWARF: linking containerd's three
+# binaries took 7.8 s with them and 3.0 s without, on each of six lines.
+STRIP="-s -w"
 APT_PACKAGES=(runc containernetworking-plugins busybox-static iproute2 systemd)
 
 export DEBIAN_FRONTEND=noninteractive
@@ -131,7 +134,7 @@ build_containerd() {
 
 	if version_ge "$v" v2.2.0; then
 		# containerd >= 2.2 has no exclude/replace directives: go install works.
-		GOBIN="$tmp/out" go install -tags "$BUILD_TAGS" \
+		GOBIN="$tmp/out" go install -tags "$BUILD_TAGS" -ldflags "$STRIP" \
 			"github.com/containerd/containerd/v2/cmd/containerd@$v" \
 			"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$v" \
 			"github.com/containerd/containerd/v2/cmd/ctr@$v" </dev/null
@@ -151,7 +154,7 @@ build_containerd() {
 			go get "$mod/cmd/containerd@$v" "$mod/cmd/containerd-shim-runc-v2@$v" "$mod/cmd/ctr@$v" </dev/null
 			# One build for the three commands: with -o DIR/ go writes each
 			# main package to DIR/<name>.
-			go build -tags "$BUILD_TAGS" -o "$tmp/out/" \
+			go build -tags "$BUILD_TAGS" -ldflags "$STRIP" -o "$tmp/out/" \
 				"$mod/cmd/containerd" "$mod/cmd/containerd-shim-runc-v2" "$mod/cmd/ctr" </dev/null
 		)
 	fi
@@ -177,7 +180,7 @@ go_install_tool() {
 	mkdir -p "$dir/bin"
 	tmp=$(mktemp -d "$CACHE/.build-$name.XXXXXX")
 	TMPDIRS+=("$tmp")
-	env GOBIN="$tmp" "$@" go install "$pkg" </dev/null
+	env GOBIN="$tmp" "$@" go install -ldflags "$STRIP" "$pkg" </dev/null
 	mv -f "$tmp/$name" "$dir/bin/$name.new"
 	mv -f "$dir/bin/$name.new" "$dir/bin/$name"
 	rm -rf "$tmp"

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,14 +45,16 @@ esac
 `
 
 // fakeBuild starts a child, records both PIDs, then does what BUILD_MODE
-// says: "ok" takes a moment, marks the build done (BUILT), stops the
+// says: "ok" prints its nice value and its autogroup's, takes a moment,
+// marks the build done (BUILT), stops the
 // child and exits; "fail" stops the child and exits with 3 at once;
 // "hang" waits for the child.
 const fakeBuild = `#!/bin/sh
 sleep 300 &
 echo "$$ $!" >"$PIDS"
 case $BUILD_MODE in
-ok) sleep 1; touch "$BUILT"; echo "background build done"; kill $!; exit 0 ;;
+ok) echo "priority: nice $(nice), $(cat /proc/self/autogroup 2>/dev/null)"
+	sleep 1; touch "$BUILT"; echo "background build done"; kill $!; exit 0 ;;
 fail) echo "background build broke"; kill $!; exit 3 ;;
 hang) wait ;;
 esac
@@ -199,6 +202,26 @@ func TestTargetsInOrderWithTheBuildLogBetween(t *testing.T) {
 			t.Fatalf("output lacks %q after %q (the build's status and log between the two make calls):\n%s", line, order, r.output)
 		}
 		at = i
+	}
+}
+
+// The build must yield to the targets: nice 19, and where the kernel
+// groups each session (autogroup), the new session's group at 19 too, or
+// the two sessions share the CPU equally whatever the processes' nice.
+func TestTheBuildRunsAtTheLowestPriority(t *testing.T) {
+	r := runTestAll(t, "setup", "e2e-k8s", "ok", "")
+	if r.err != nil {
+		t.Fatalf("test-all.sh: %v; output:\n%s", r.err, r.output)
+	}
+	if !strings.Contains(r.output, "priority: nice 19,") {
+		t.Errorf("the background build does not run at nice 19; output:\n%s", r.output)
+	}
+	if _, err := os.Stat("/proc/self/autogroup"); err != nil {
+		t.Logf("no autogroup on this kernel (%v): its nice not checked", err)
+		return
+	}
+	if !regexp.MustCompile(`priority: nice 19, /autogroup-[0-9]+ nice 19`).MatchString(r.output) {
+		t.Errorf("the background build's autogroup is not at nice 19; output:\n%s", r.output)
 	}
 }
 
