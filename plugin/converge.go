@@ -45,6 +45,14 @@ const (
 	// minute.
 	yieldQuiet = 50 * time.Millisecond
 	yieldWait  = 250 * time.Millisecond
+	// specLanding is how long after a spec-mode container's decision its
+	// sysctls may still land in the pod: kubelet starts the container
+	// once CreateContainer returns, and runc writes the spec's sysctls as
+	// it creates it. A container decided under an older config that
+	// starts after its pod converged writes the older values over the
+	// converged ones: they are the plugin's own, and a pass that long
+	// after the convergence writes the pod again.
+	specLanding = 30 * time.Second
 )
 
 // runningPods are the pods the runtime runs, as the worker reaches them:
@@ -194,13 +202,32 @@ func (p *plugin) convergePass(ctx context.Context) {
 		return
 	}
 	fresh := freshCache{read: p.freshValues, log: p.log}
+	var retry time.Duration
 	for _, pod := range pods {
 		if ctx.Err() != nil {
 			return
 		}
 		p.requests.waitQuiet(yieldQuiet, yieldWait)
-		p.convergePod(ctx, cur, pod, injected[pod.GetId()], &fresh)
+		if wait := p.convergePod(ctx, cur, pod, injected[pod.GetId()], &fresh); wait > 0 && (retry == 0 || wait < retry) {
+			retry = wait
+		}
 	}
+	if retry > 0 {
+		p.convergeLater(retry)
+	}
+}
+
+// convergeLater asks for a pass after wait: for the pods where a
+// container decided under an older config may land its sysctls after the
+// pass.
+func (p *plugin) convergeLater(wait time.Duration) {
+	p.convergeRetryMu.Lock()
+	defer p.convergeRetryMu.Unlock()
+	if p.convergeRetry == nil {
+		p.convergeRetry = time.AfterFunc(wait, p.kickConvergence)
+		return
+	}
+	p.convergeRetry.Reset(wait)
 }
 
 // pruneStates removes the state of pods not in running: removed while the
@@ -270,16 +297,18 @@ func (p *plugin) runningPods(cfg *config.Config) string {
 }
 
 // convergePod brings one running pod to cur: its pod's own keys, host
-// namespaces and other writers' values untouched.
-func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbox, injected map[string]string, fresh *freshCache) {
+// namespaces and other writers' values untouched. It returns how long
+// until a container decided under an older config can no longer land
+// its sysctls (specLanding), when one may, for a pass then; else 0.
+func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbox, injected map[string]string, fresh *freshCache) time.Duration {
 	if sb.GetPid() <= 0 {
-		return // not running: nothing to write into
+		return 0 // not running: nothing to write into
 	}
 	rec := p.record(sb)
 	info, target := readSandbox(sb, true)
 	pidfd, err := podns.OpenPidfd(int(sb.GetPid()))
 	if err != nil {
-		return // gone since it was listed
+		return 0 // gone since it was listed
 	}
 	defer closeFd(pidfd)
 	target.HeldBy(podns.Process{Pid: int(sb.GetPid()), Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
@@ -288,19 +317,23 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	own, ok := p.ownSysctls(lookupCtx, rec)
 	cancel()
 	if !ok {
-		return // reported by ownSysctls; tried again at the next pass
+		return 0 // reported by ownSysctls; tried again at the next pass
 	}
 	memory, err := p.loadPodState(rec, injected)
 	if err != nil {
 		p.recordLog(rec).WithError(err).Warn("cannot read what the plugin set in the pod, so leaving it as it is")
 		p.meter.Load().convergeKeys("failed", 1)
-		return
+		return 0
 	}
 	keys := convergeKeys(cur, info, own.Own, own.GIDMappings, memory)
+	landing, stillLanding := rec.landingValues(), rec.landingUntil.After(time.Now())
+	for i := range keys {
+		keys[i].Landing = landing[keys[i].Name]
+		keys[i].StillLanding = stillLanding && len(keys[i].Landing) > 0
+	}
 	fresh.fill(keys)
 	if len(keys) == 0 {
-		p.replaceRecord(rec, cur, sb, nil, nil)
-		return
+		return landingWait(p.replaceRecord(rec, cur, sb, nil))
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -311,7 +344,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	for _, k := range keys {
 		v := live[k.Name]
 		if errors.Is(v.Err, podns.ErrSandboxExited) {
-			return // the pod went away mid-pass: quietly
+			return 0 // the pod went away mid-pass: quietly
 		}
 		if v.Err != nil {
 			continue // not in this namespace (a per-interface key)
@@ -320,12 +353,29 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		readable = append(readable, k)
 	}
 	steps := converge.Plan(readable)
+	// The pod's record moves to cur before the writes: a container
+	// decided from here on carries what the pass writes, not the older
+	// config's values, which runc would write over it.
+	next := p.replaceRecord(rec, cur, sb, leftToOther(steps))
+	if next == nil {
+		return 0
+	}
 	if p.applyPlan(rec, target, steps, memory) {
 		// Its containers see the defaults now, whatever their
 		// annotations say: no longer lacking (Synchronize's count).
 		p.meter.Load().podHealed(rec.id)
 	}
-	p.replaceRecord(rec, cur, sb, wantedLive(readable, memory), leftToOther(steps))
+	next.noteConverged(wantedLive(readable, memory))
+	return landingWait(next)
+}
+
+// landingWait is how long until no container of the records rec replaced
+// can land its sysctls; 0 if none can, or rec is nil.
+func landingWait(rec *podRecord) time.Duration {
+	if rec == nil || rec.landingUntil.IsZero() {
+		return 0
+	}
+	return max(time.Until(rec.landingUntil), time.Millisecond)
 }
 
 // leftToOther is the keys of steps left to another writer.
@@ -492,18 +542,23 @@ func wantedLive(keys []converge.Key, memory map[string]converge.Written) []sysct
 	return out
 }
 
-// replaceRecord makes the pod's record one under cur, holding what is now
-// live of what the plugin set: the pod's next container (its spec in spec
-// mode, its annotations in both) then agrees with what converged, rather
-// than carrying the config the pod was first seen under.
-func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, written []sysctl.Sysctl, others map[string]bool) {
+// replaceRecord makes the pod's record one under cur, leaving out of its
+// containers' specs the keys another writer holds (others): the pod's
+// next container (its spec in spec mode, its annotations in both) then
+// agrees with what converges, rather than carrying the config the pod was
+// first seen under. It returns the new record, or nil if the pod went
+// away or its record was replaced meanwhile.
+func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, others map[string]bool) *podRecord {
 	next := newPodRecord(cur, sb)
 	own, looked := old.cachedOwn()
 	next.own, next.lookedUp = own, looked
-	next.written = written
+	next.written = old.setByPlugin()
 	next.writes = writeDone
 	next.leftToOther = others
-	p.records.replace(old, next)
+	if !p.records.replace(old, next, time.Now()) {
+		return nil
+	}
+	return next
 }
 
 func closeFd(fd int) {

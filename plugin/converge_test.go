@@ -5,6 +5,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -315,6 +316,130 @@ func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
 	p.convergePass(context.Background())
 	if got, want := ns.takeWrites(), "kernel.msgmax=8192,net.ipv4.tcp_keepalive_time=7200"; got != want {
 		t.Errorf("keys that left the config: wrote %q, want %q (a fresh namespace's values)", got, want)
+	}
+}
+
+// A spec-mode container decided under the config before a reload has its
+// sysctls written by runc when it starts, which can be after its pod
+// converged: its older value is the plugin's own, not another writer's,
+// and a pass when no such container can land any more (specLanding,
+// asked for by the pass) writes the pod again. A container decided after
+// the pass carries the new value. Likewise for a key that left the
+// config: put back again, and forgotten only once nothing can land.
+func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	const before, after = "mode: spec\nsysctls:\n  " + key + ": 600\n", "mode: spec\nsysctls:\n  " + key + ": 650\n"
+	p, ns := newConvergeTest(t, before, t.TempDir(), nil)
+	pod := runningPod("race", "network", "ipc", "uts")
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	step := func(what, want string) {
+		t.Helper()
+		p.convergePass(context.Background())
+		if got := ns.takeWrites(); got != want {
+			t.Errorf("%s: wrote %q, want %q", what, got, want)
+		}
+	}
+	create := func(name string) string {
+		t.Helper()
+		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return adj.GetLinux().GetSysctl()[key]
+	}
+	retryAsked := func() bool {
+		p.convergeRetryMu.Lock()
+		defer p.convergeRetryMu.Unlock()
+		asked := p.convergeRetry != nil && p.convergeRetry.Stop()
+		p.convergeRetry = nil
+		return asked
+	}
+	step("first pass", key+"=600")
+	if retryAsked() {
+		t.Error("a later pass asked for with no container decided under another config")
+	}
+	if got := create("decided-before"); got != "600" {
+		t.Fatalf("container before the reload: spec %q, want 600", got)
+	}
+
+	reload(t, p, after)
+	step("reload 600 -> 650", key+"=650")
+	if !retryAsked() {
+		t.Error("no later pass asked for, while the container decided under 600 may still start")
+	}
+	ns.values[key] = "600" // runc starts it after the pass
+	step("the pass asked for", key+"=650")
+	if got := create("decided-after"); got != "650" {
+		t.Errorf("container after the pass: spec %q, want 650", got)
+	}
+	ns.values[key] = "900" // another writer's value is still left alone
+	step("another writer", "")
+	ns.values[key] = "650"
+
+	// The key leaves the config while a container decided under 650 may land.
+	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
+	step("key removed", "net.ipv4.tcp_keepalive_intvl=60,"+key+"=7200")
+	ns.values[key] = "650" // the container decided under 650 starts
+	step("the pass after it landed", key+"=7200")
+	// Nothing can land any more: the key is forgotten, and a value set
+	// later is nobody's business of the plugin.
+	p.records.mu.Lock()
+	rec := p.records.pods[pod.GetId()]
+	for _, l := range rec.landing {
+		l.specLandsBy = time.Time{}
+	}
+	rec.landingUntil = time.Time{}
+	p.records.mu.Unlock()
+	step("once nothing can land", "")
+	ns.values[key] = "650"
+	step("a value set after", "")
+}
+
+// Containers created while a reload converges their pod, each landing
+// its spec's value a moment after its decision as runc would, half of
+// them only after the pass: once they have all started, a pass leaves the
+// pod at the new value, whichever order the decisions, the pass and the
+// landings took.
+func TestConvergeWithContainersStartingMeanwhile(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	for round := range 20 {
+		p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  "+key+": 600\n", t.TempDir(), nil)
+		pod := runningPod("busy", "network", "ipc", "uts")
+		if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+			t.Fatal(err)
+		}
+		p.convergePass(context.Background())
+		var wg sync.WaitGroup
+		passed := make(chan struct{})
+		for i := range 4 {
+			wg.Go(func() {
+				adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: fmt.Sprint("c", i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 0 {
+					<-passed // starts only after the pass
+				}
+				time.Sleep(time.Duration(i*round%7) * 100 * time.Microsecond)
+				ns.mu.Lock()
+				ns.values[key] = adj.GetLinux().GetSysctl()[key] // runc starts it
+				ns.mu.Unlock()
+			})
+		}
+		reload(t, p, "mode: spec\nsysctls:\n  "+key+": 650\n")
+		p.convergePass(context.Background())
+		close(passed)
+		wg.Wait()
+		p.convergePass(context.Background()) // the pass asked for
+		ns.mu.Lock()
+		got := ns.values[key]
+		ns.mu.Unlock()
+		if got != "650" {
+			t.Fatalf("round %d: the pod holds %s after its containers started, want 650", round, got)
+		}
 	}
 }
 

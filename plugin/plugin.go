@@ -121,7 +121,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, errLeaving
 	}
 	defer p.requests.done()
-	rec := p.record(pod)
+	rec := p.recordForContainer(pod)
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
 	}

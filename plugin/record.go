@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
@@ -54,6 +55,17 @@ type podRecord struct {
 	// running pod; its next container's spec leaves them out, so that
 	// runc does not overwrite them. Fixed when the record is made.
 	leftToOther map[string]bool
+	// specLandsBy (spec mode; guarded by podRecords.mu, not mu): until
+	// then a container decided from this record may still have runc
+	// write its spec's sysctls into the pod (specLanding).
+	specLandsBy time.Time
+	// landing: records this one replaced under another config whose
+	// containers' sysctls may land after the convergence that replaced
+	// them, until landingUntil. Their values are the plugin's own, not
+	// another writer's. Set before the record is published, read-only
+	// after.
+	landing      []*podRecord
+	landingUntil time.Time
 
 	// Namespace mode only.
 	// target is where the pod's namespaces are (readSandbox).
@@ -252,6 +264,29 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
 }
 
+// landingValues is, key by key, what containers decided from the records
+// in landing put on their specs.
+func (r *podRecord) landingValues() map[string][]string {
+	if len(r.landing) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, l := range r.landing {
+		for _, s := range l.setByPlugin() {
+			out[s.Key()] = append(out[s.Key()], s.Value())
+		}
+	}
+	return out
+}
+
+// noteConverged keeps what a convergence left set by the plugin in the
+// pod.
+func (r *podRecord) noteConverged(written []sysctl.Sysctl) {
+	r.mu.Lock()
+	r.written = written
+	r.mu.Unlock()
+}
+
 // noteSetOnSpec keeps what the plugin put on a container's spec (spec
 // mode).
 func (r *podRecord) noteSetOnSpec(applied []sysctl.Sysctl) {
@@ -331,6 +366,25 @@ func newPodRecords() *podRecords { return &podRecords{pods: map[string]*podRecor
 func (s *podRecords) get(podID string, newRecord func() *podRecord) *podRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.getLocked(podID, newRecord)
+}
+
+// getForContainer is get for a container's decision: in spec mode, with
+// a config that sets anything, the record it returns is marked as one
+// whose spec values may land in the pod until landsBy (specLandsBy), in
+// the same lock as a convergence's replace, so that a convergence either
+// sees the mark or the container gets the replacing record.
+func (s *podRecords) getForContainer(podID string, newRecord func() *podRecord, landsBy time.Time) *podRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.getLocked(podID, newRecord)
+	if r.cfg.mode != runtimemode.Namespace && !r.cfg.policy.Empty() && landsBy.After(r.specLandsBy) {
+		r.specLandsBy = landsBy
+	}
+	return r
+}
+
+func (s *podRecords) getLocked(podID string, newRecord func() *podRecord) *podRecord {
 	if r, ok := s.pods[podID]; ok {
 		return r
 	}
@@ -354,13 +408,24 @@ func (s *podRecords) forget(podID string) {
 }
 
 // replace puts next in old's place, unless the pod was removed or its
-// record replaced meanwhile. A handler still holding old finishes with it.
-func (s *podRecords) replace(old, next *podRecord) {
+// record replaced meanwhile. next keeps, as landing, old and the records
+// old kept whose containers' sysctls may land after now, when they were
+// under another config than next. A handler still holding old finishes
+// with it.
+func (s *podRecords) replace(old, next *podRecord, now time.Time) (swapped bool) {
 	next.id = old.id
 	next.lookupSlot = makeSlot()
 	s.mu.Lock()
-	swapped := s.pods[old.id] == old
+	swapped = s.pods[old.id] == old
 	if swapped {
+		for _, l := range append(old.landing, old) {
+			if l.cfg != next.cfg && l.specLandsBy.After(now) {
+				next.landing = append(next.landing, l)
+				if l.specLandsBy.After(next.landingUntil) {
+					next.landingUntil = l.specLandsBy
+				}
+			}
+		}
 		s.pods[old.id] = next
 	}
 	s.mu.Unlock()
@@ -369,6 +434,7 @@ func (s *podRecords) replace(old, next *podRecord) {
 	} else {
 		next.release()
 	}
+	return swapped
 }
 
 // retain drops every pod for which keep returns false: pods removed while

@@ -54,8 +54,10 @@ type loaded struct {
 //
 // Per pod: a record's lookupSlot (a one-slot channel, held by the lookup
 // in flight) before its mu; podRecords.mu before a new record's mu, which
-// no one else holds yet (record.go). Leaves: requestGate.mu (leave.go),
-// lackingContainers.mu, runningPods.mu and the meter's own.
+// no one else holds yet (record.go); podRecords.mu also guards each
+// record's specLandsBy. Leaves: requestGate.mu (leave.go),
+// lackingContainers.mu, runningPods.mu, convergeRetryMu and the meter's
+// own.
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
@@ -118,7 +120,11 @@ type plugin struct {
 	// set in each pod (nil: kept in memory only).
 	running      runningPods
 	convergeKick chan struct{}
-	podState     *podstate.Store
+	// convergeRetry asks for a pass once containers decided under an
+	// older config have landed (convergeLater); convergeRetryMu is a leaf.
+	convergeRetry   *time.Timer
+	convergeRetryMu sync.Mutex
+	podState        *podstate.Store
 	// runningPodsOverride is --running-pods: it wins over the config's
 	// runningPods when set, as --mode wins over its mode.
 	runningPodsOverride string
@@ -182,6 +188,15 @@ func (p *plugin) record(pod *api.PodSandbox) *podRecord {
 	return p.records.get(pod.GetId(), func() *podRecord {
 		return newPodRecord(p.current.Load(), pod)
 	})
+}
+
+// recordForContainer is record for a container's decision: a spec-mode
+// record is marked as one whose values may land in the pod for
+// specLanding from now (podRecords.getForContainer).
+func (p *plugin) recordForContainer(pod *api.PodSandbox) *podRecord {
+	return p.records.getForContainer(pod.GetId(), func() *podRecord {
+		return newPodRecord(p.current.Load(), pod)
+	}, time.Now().Add(specLanding))
 }
 
 // podLog carries the pod's identity on every line about it.

@@ -49,6 +49,12 @@ type Key struct {
 	// user-namespace pod's IPC and user.* keys, which the host-side writer
 	// cannot reach.
 	Writable bool
+	// Landing: values the plugin put on the specs of the pod's containers
+	// decided before its last write, which runc may have written since, as
+	// it started them. They are the plugin's own, not another writer's.
+	Landing []string
+	// StillLanding: such a container may also start after this pass.
+	StillLanding bool
 	// Fresh is the key's value in a namespace the plugin creates fresh:
 	// what a key goes back to when Before is unknown. HasFresh is false
 	// for keys a fresh namespace does not have (per-interface keys).
@@ -148,23 +154,44 @@ func giveBack(k Key) Step {
 	case !w.HasSet:
 		return keep(k, "not the plugin's", w)
 	case w.HasBefore && same(k.Live, w.Before):
-		return Step{Key: k.Name, Action: Keep, Reason: "already back to " + quote(w.Before), Forget: true}
+		return forgetOnceLanded(k, Step{Key: k.Name, Action: Keep, Reason: "already back to " + quote(w.Before)}, w.Before)
 	case changedByOther(k):
 		return Step{Key: k.Name, Action: LeaveToOther, Reason: "set to " + quote(k.Live) + " by another writer since the plugin set " + quote(w.Set), Forget: true}
 	case !k.Writable:
 		return Step{Key: k.Name, Action: CannotConverge, Reason: "no longer managed, and the writer cannot put it back in this pod's namespace", Remember: w}
 	case w.HasBefore:
-		return Step{Key: k.Name, Action: Restore, Value: w.Before, Reason: "no longer managed: back to " + quote(w.Before) + ", its value before the plugin's first write", Forget: true}
+		return forgetOnceLanded(k, Step{Key: k.Name, Action: Restore, Value: w.Before, Reason: "no longer managed: back to " + quote(w.Before) + ", its value before the plugin's first write"}, w.Before)
 	case k.HasFresh:
-		return Step{Key: k.Name, Action: Restore, Value: k.Fresh, Reason: "no longer managed: back to " + quote(k.Fresh) + ", a fresh namespace's value (the value before the plugin's is unknown)", Forget: true}
+		return forgetOnceLanded(k, Step{Key: k.Name, Action: Restore, Value: k.Fresh, Reason: "no longer managed: back to " + quote(k.Fresh) + ", a fresh namespace's value (the value before the plugin's is unknown)"}, k.Fresh)
 	default:
 		return Step{Key: k.Name, Action: CannotConverge, Reason: "no longer managed, and neither its value before the plugin's nor a fresh namespace's is known", Remember: w}
 	}
 }
 
+// forgetOnceLanded ends the plugin's memory of a key put back to back,
+// unless a container's spec may still land the plugin's value
+// (StillLanding): then the plugin keeps the key, with back as its value
+// before, so that the late value is put back too.
+func forgetOnceLanded(k Key, s Step, back string) Step {
+	if !k.StillLanding {
+		s.Forget = true
+		return s
+	}
+	s.Remember = Written{Set: k.Written.Set, HasSet: true, Before: back, HasBefore: true}
+	return s
+}
+
 // changedByOther: the plugin set the key, and the live value is neither
-// what it set nor what was there before its first write.
-func changedByOther(k Key) bool { return k.Written.ChangedByOther(k.Live) }
+// what it set, nor what was there before its first write, nor a value of
+// its own that a container's spec landed late.
+func changedByOther(k Key) bool {
+	for _, v := range k.Landing {
+		if same(k.Live, v) {
+			return false
+		}
+	}
+	return k.Written.ChangedByOther(k.Live)
+}
 
 // ChangedByOther tells whether live was set by another writer: the plugin
 // set the key, and live is neither what it set nor what was there before

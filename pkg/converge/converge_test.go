@@ -21,6 +21,11 @@ func unwanted(live string, w Written) Key {
 	return Key{Name: keepalive, Live: live, Written: w, Writable: true, Fresh: "7200", HasFresh: true}
 }
 
+func landing(k Key, values ...string) Key {
+	k.Landing, k.StillLanding = values, true
+	return k
+}
+
 func TestPlan(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -111,6 +116,36 @@ func TestPlan(t *testing.T) {
 			name: "a key that left the config where the writer cannot reach",
 			key:  Key{Name: "kernel.msgmax", Live: "65536", Written: setOver("65536", "8192")},
 			want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "no longer managed, and the writer cannot put it back in this pod's namespace", Remember: setOver("65536", "8192")},
+		},
+		{
+			name: "a container decided before the last write landed the plugin's older value: the plugin's own, written again",
+			key:  landing(wanted("650", "600", setOver("650", "7200")), "600"),
+			want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: setOver("650", "7200")},
+		},
+		{
+			name: "another writer's value is not made the plugin's by a landing one",
+			key:  landing(wanted("650", "900", setOver("650", "7200")), "600"),
+			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "650"`, Remember: setOver("650", "7200")},
+		},
+		{
+			name: "a key that left the config, put back while the plugin's value may still land: kept in memory",
+			key:  landing(unwanted("600", setOver("600", "7000")), "600"),
+			want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Remember: setOver("600", "7000")},
+		},
+		{
+			name: "a key put back to a fresh value while the plugin's may still land: that value kept as the one before",
+			key:  landing(unwanted("600", set("600")), "600"),
+			want: Step{Action: Restore, Value: "7200", Reason: `no longer managed: back to "7200", a fresh namespace's value (the value before the plugin's is unknown)`, Remember: setOver("600", "7200")},
+		},
+		{
+			name: "a key already back while the plugin's value may still land: kept in memory",
+			key:  landing(unwanted("7000", setOver("600", "7000")), "600"),
+			want: Step{Action: Keep, Reason: `already back to "7000"`, Remember: setOver("600", "7000")},
+		},
+		{
+			name: "the plugin's value landed late on a key put back, nothing to land after: put back, forgotten",
+			key:  Key{Name: keepalive, Live: "600", Written: setOver("600", "7000"), Writable: true, Landing: []string{"600"}},
+			want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Forget: true},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
