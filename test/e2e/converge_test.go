@@ -148,3 +148,48 @@ func TestConvergeUserNamespacePod(t *testing.T) {
 		return m[cannot] == 1, fmt.Sprintf("%s = %v", cannot, m[cannot])
 	})
 }
+
+// TestConvergeContainerStartedAfterAReload: a container decided (created)
+// under the config before a reload and started after its pod converged.
+// In spec mode runc writes the older value from its spec as it starts it;
+// that value is the plugin's own, and the pass the convergence asked for
+// (30 s after it) brings the pod back to the new one, read inside both
+// containers. In namespace mode the spec carries nothing: the pod keeps
+// the new value throughout.
+func TestConvergeContainerStartedAfterAReload(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	c := getCluster(t)
+	if c.kernel[key] == "600" || c.kernel[key] == "650" {
+		t.Fatalf("the kernel's %s is already %s: the test would prove nothing", key, c.kernel[key])
+	}
+	hostBefore := hostSysctl(t, key)
+	plugin := startPlugin(t, "sysctls:\n  "+key+": \"600\"\n", "--pod-state-dir", filepath.Join(t.TempDir(), "pods"))
+	pod := runPod(t, PodSpec{Name: "late-start", Namespace: "e2e-converge-late"})
+	first := runContainer(t, pod, "app")
+	if got := readSysctl(t, first, key); got != "600" {
+		t.Fatalf("first container: %s=%s, want 600", key, got)
+	}
+	late := createContainer(t, pod, "late") // decided now, under 600
+
+	rewriteConfig(t, plugin.configPath, "sysctls:\n  "+key+": \"650\"\n")
+	sighup(t, plugin)
+	waitUntil(t, 20*time.Second, "the pod to converge to 650", func() (bool, string) {
+		got := readSysctl(t, first, key)
+		return got == "650", got
+	})
+	startContainer(t, late)
+	spec := pluginMode(plugin) == "spec"
+	if got := readSysctl(t, late, key); spec && got != "600" {
+		t.Fatalf("spec mode: right after the late container started %s=%s, want 600 from its spec (else this case is not exercised)", key, got)
+	} else if !spec && got != "650" {
+		t.Fatalf("namespace mode: the late container started with %s=%s, want 650", key, got)
+	}
+	took := waitUntil(t, 50*time.Second, "the pod back at 650 after the late container started", func() (bool, string) {
+		a, b := readSysctl(t, first, key), readSysctl(t, late, key)
+		return a == "650" && b == "650", "app " + a + ", late " + b
+	})
+	t.Logf("back at 650 %s after the late container started (mode %s)", took.Round(time.Second), pluginMode(plugin))
+	if v := hostSysctl(t, key); v != hostBefore {
+		t.Errorf("the host's %s changed: %q, was %q", key, v, hostBefore)
+	}
+}
