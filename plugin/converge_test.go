@@ -472,3 +472,27 @@ func TestConvergeWorkerRunsInTheBackground(t *testing.T) {
 		t.Fatal("the worker wrote nothing within 30 s of Synchronize")
 	}
 }
+
+// A pod that creates a container under each of many configs within
+// specLanding keeps only the newest maxLanding records as landing.
+func TestConvergeLandingIsBounded(t *testing.T) {
+	p, _ := newConvergeTest(t, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n", t.TempDir(), nil)
+	pod := runningPod("many", "network", "ipc", "uts")
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * maxLanding {
+		if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: fmt.Sprint("c", i)}); err != nil {
+			t.Fatal(err)
+		}
+		reload(t, p, fmt.Sprintf("mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: %d\n", 601+i))
+		p.convergePass(context.Background())
+	}
+	rec := p.record(pod)
+	if len(rec.landing) != maxLanding {
+		t.Fatalf("landing: %d records, want %d", len(rec.landing), maxLanding)
+	}
+	if got := rec.landingValues()["net.ipv4.tcp_keepalive_time"]; len(got) != maxLanding || got[maxLanding-1] != fmt.Sprint(601+3*maxLanding-2) {
+		t.Errorf("landing values %v: want the newest %d, the last %d", got, maxLanding, 601+3*maxLanding-2)
+	}
+}

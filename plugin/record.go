@@ -407,6 +407,11 @@ func (s *podRecords) forget(podID string) {
 	}
 }
 
+// maxLanding bounds the records a record keeps as landing: a pod that
+// creates containers under many configs within specLanding (reloads back
+// to back) keeps the newest.
+const maxLanding = 4
+
 // replace puts next in old's place, unless the pod was removed or its
 // record replaced meanwhile. next keeps, as landing, old and the records
 // old kept whose containers' sysctls may land after now, when they were
@@ -420,6 +425,9 @@ func (s *podRecords) replace(old, next *podRecord, now time.Time) (swapped bool)
 	if swapped {
 		for _, l := range append(old.landing, old) {
 			if l.cfg != next.cfg && l.specLandsBy.After(now) {
+				if len(next.landing) == maxLanding {
+					next.landing = next.landing[1:] // the oldest
+				}
 				next.landing = append(next.landing, l)
 				if l.specLandsBy.After(next.landingUntil) {
 					next.landingUntil = l.specLandsBy
