@@ -104,6 +104,27 @@ func newConvergeTest(t *testing.T, cfgText, stateDir string, own map[string]stri
 	return p, ns
 }
 
+// synchronizedPod is a running pod the runtime told p of at Synchronize.
+func synchronizedPod(t *testing.T, p *plugin, id string) *api.PodSandbox {
+	t.Helper()
+	pod := runningPod(id, "network", "ipc", "uts")
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+// passWrites returns a step: one pass, and the writes it made checked.
+func passWrites(t *testing.T, p *plugin, ns *fakeNamespaces) func(what, want string) {
+	return func(what, want string) {
+		t.Helper()
+		p.convergePass(context.Background())
+		if got := ns.takeWrites(); got != want {
+			t.Errorf("%s: wrote %q, want %q", what, got, want)
+		}
+	}
+}
+
 func reload(t testing.TB, p *plugin, text string) {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(text), nil)
@@ -128,14 +149,7 @@ func TestConvergeRunningPod(t *testing.T) {
 	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
 		t.Fatal(err)
 	}
-
-	step := func(what, want string) {
-		t.Helper()
-		p.convergePass(context.Background())
-		if got := ns.takeWrites(); got != want {
-			t.Errorf("%s: wrote %q, want %q", what, got, want)
-		}
-	}
+	step := passWrites(t, p, ns)
 	step("first start", "net.ipv4.tcp_keepalive_intvl=60,net.ipv4.tcp_keepalive_time=600")
 	step("a second pass", "")
 
@@ -330,17 +344,8 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 	const key = "net.ipv4.tcp_keepalive_time"
 	const before, after = "mode: spec\nsysctls:\n  " + key + ": 600\n", "mode: spec\nsysctls:\n  " + key + ": 650\n"
 	p, ns := newConvergeTest(t, before, t.TempDir(), nil)
-	pod := runningPod("race", "network", "ipc", "uts")
-	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
-		t.Fatal(err)
-	}
-	step := func(what, want string) {
-		t.Helper()
-		p.convergePass(context.Background())
-		if got := ns.takeWrites(); got != want {
-			t.Errorf("%s: wrote %q, want %q", what, got, want)
-		}
-	}
+	pod := synchronizedPod(t, p, "race")
+	step := passWrites(t, p, ns)
 	create := func(name string) string {
 		t.Helper()
 		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: name})
@@ -406,10 +411,7 @@ func TestConvergeWithContainersStartingMeanwhile(t *testing.T) {
 	const key = "net.ipv4.tcp_keepalive_time"
 	for round := range 20 {
 		p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  "+key+": 600\n", t.TempDir(), nil)
-		pod := runningPod("busy", "network", "ipc", "uts")
-		if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
-			t.Fatal(err)
-		}
+		pod := synchronizedPod(t, p, "busy")
 		p.convergePass(context.Background())
 		var wg sync.WaitGroup
 		passed := make(chan struct{})
@@ -477,10 +479,7 @@ func TestConvergeWorkerRunsInTheBackground(t *testing.T) {
 // specLanding keeps only the newest maxLanding records as landing.
 func TestConvergeLandingIsBounded(t *testing.T) {
 	p, _ := newConvergeTest(t, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n", t.TempDir(), nil)
-	pod := runningPod("many", "network", "ipc", "uts")
-	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
-		t.Fatal(err)
-	}
+	pod := synchronizedPod(t, p, "many")
 	for i := range 3 * maxLanding {
 		if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: fmt.Sprint("c", i)}); err != nil {
 			t.Fatal(err)
