@@ -53,6 +53,9 @@ const (
 	// converged ones: they are the plugin's own, and a pass that long
 	// after the convergence writes the pod again.
 	specLanding = 30 * time.Second
+	// replaceRetry: a pod whose container was decided while the pass
+	// planned it is tried again that much later.
+	replaceRetry = time.Second
 )
 
 // runningPods are the pods the runtime runs, as the worker reaches them:
@@ -326,14 +329,15 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		return 0
 	}
 	keys := convergeKeys(cur, info, own.Own, own.GIDMappings, memory)
-	landing, stillLanding := rec.landingValues(), rec.landingUntil.After(time.Now())
+	mark, now := p.records.landsBy(rec), time.Now()
+	landing, landingUntil := rec.landingSince(mark, cur, now)
 	for i := range keys {
 		keys[i].Landing = landing[keys[i].Name]
-		keys[i].StillLanding = stillLanding && len(keys[i].Landing) > 0
+		keys[i].StillLanding = landingUntil.After(now) && len(keys[i].Landing) > 0
 	}
 	fresh.fill(keys)
 	if len(keys) == 0 {
-		return landingWait(p.replaceRecord(rec, cur, sb, nil))
+		return landingWait(p.replaceRecord(rec, mark, cur, sb, nil))
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -356,9 +360,9 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	// The pod's record moves to cur before the writes: a container
 	// decided from here on carries what the pass writes, not the older
 	// config's values, which runc would write over it.
-	next := p.replaceRecord(rec, cur, sb, leftToOther(steps))
+	next, wait := p.replaceRecord(rec, mark, cur, sb, leftToOther(steps))
 	if next == nil {
-		return 0
+		return wait
 	}
 	if p.applyPlan(rec, target, steps, memory) {
 		// Its containers see the defaults now, whatever their
@@ -366,13 +370,16 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		p.meter.Load().podHealed(rec.id)
 	}
 	next.noteConverged(wantedLive(readable, memory))
-	return landingWait(next)
+	return landingWait(next, 0)
 }
 
 // landingWait is how long until no container of the records rec replaced
-// can land its sysctls; 0 if none can, or rec is nil.
-func landingWait(rec *podRecord) time.Duration {
-	if rec == nil || rec.landingUntil.IsZero() {
+// can land its sysctls (0 if none can), or wait when there is no rec.
+func landingWait(rec *podRecord, wait time.Duration) time.Duration {
+	if rec == nil {
+		return wait
+	}
+	if rec.landingUntil.IsZero() {
 		return 0
 	}
 	return max(time.Until(rec.landingUntil), time.Millisecond)
@@ -547,18 +554,23 @@ func wantedLive(keys []converge.Key, memory map[string]converge.Written) []sysct
 // next container (its spec in spec mode, its annotations in both) then
 // agrees with what converges, rather than carrying the config the pod was
 // first seen under. It returns the new record, or nil if the pod went
-// away or its record was replaced meanwhile.
-func (p *plugin) replaceRecord(old *podRecord, cur *loaded, sb *api.PodSandbox, others map[string]bool) *podRecord {
+// away or its record was replaced meanwhile, or, with a wait of
+// replaceRetry, if a container was decided from old since the pass read
+// its mark (podRecords.replace).
+func (p *plugin) replaceRecord(old *podRecord, mark time.Time, cur *loaded, sb *api.PodSandbox, others map[string]bool) (*podRecord, time.Duration) {
 	next := newPodRecord(cur, sb)
 	own, looked := old.cachedOwn()
 	next.own, next.lookedUp = own, looked
 	next.written = old.setByPlugin()
 	next.writes = writeDone
 	next.leftToOther = others
-	if !p.records.replace(old, next, time.Now()) {
-		return nil
+	switch swapped, changed := p.records.replace(old, next, time.Now(), mark); {
+	case changed:
+		return nil, replaceRetry
+	case !swapped:
+		return nil, 0
 	}
-	return next
+	return next, 0
 }
 
 func closeFd(fd int) {

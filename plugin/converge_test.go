@@ -476,7 +476,8 @@ func TestConvergeWorkerRunsInTheBackground(t *testing.T) {
 }
 
 // A pod that creates a container under each of many configs within
-// specLanding keeps only the newest maxLanding records as landing.
+// specLanding keeps only the newest maxLanding records as landing, and
+// no more are reachable from its record through theirs.
 func TestConvergeLandingIsBounded(t *testing.T) {
 	p, _ := newConvergeTest(t, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n", t.TempDir(), nil)
 	pod := synchronizedPod(t, p, "many")
@@ -491,7 +492,92 @@ func TestConvergeLandingIsBounded(t *testing.T) {
 	if len(rec.landing) != maxLanding {
 		t.Fatalf("landing: %d records, want %d", len(rec.landing), maxLanding)
 	}
-	if got := rec.landingValues()["net.ipv4.tcp_keepalive_time"]; len(got) != maxLanding || got[maxLanding-1] != fmt.Sprint(601+3*maxLanding-2) {
+	reachable := map[*podRecord]bool{}
+	var walk func(*podRecord)
+	walk = func(r *podRecord) {
+		for _, l := range r.landing {
+			if !reachable[l] {
+				reachable[l] = true
+				walk(l)
+			}
+		}
+	}
+	walk(rec)
+	if len(reachable) != maxLanding {
+		t.Errorf("%d records reachable through landing, want %d", len(reachable), maxLanding)
+	}
+	values, _ := rec.landingSince(p.records.landsBy(rec), p.current.Load(), time.Now())
+	if got := values["net.ipv4.tcp_keepalive_time"]; len(got) != maxLanding || got[maxLanding-1] != fmt.Sprint(601+3*maxLanding-2) {
 		t.Errorf("landing values %v: want the newest %d, the last %d", got, maxLanding, 601+3*maxLanding-2)
+	}
+}
+
+// A key that a single reload takes out of the config, in a pod whose
+// container was decided under the config before: put back at once, and
+// again after the container's value lands, then forgotten.
+func TestConvergeRemovedKeyWithALateContainer(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  "+key+": 600\n  net.ipv4.tcp_keepalive_intvl: 60\n", t.TempDir(), nil)
+	pod := synchronizedPod(t, p, "removed")
+	step := passWrites(t, p, ns)
+	step("first pass", "net.ipv4.tcp_keepalive_intvl=60,"+key+"=600")
+	if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
+	step("key removed", key+"=7200")
+	ns.values[key] = "600" // the container decided under 600 starts
+	step("the pass after it landed", key+"=7200")
+}
+
+// A record's values count as landing only until specLanding after its
+// window: later, the same value set by hand is another writer's.
+func TestConvergeLandingEnds(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  "+key+": 600\n", t.TempDir(), nil)
+	pod := synchronizedPod(t, p, "ends")
+	step := passWrites(t, p, ns)
+	step("first pass", key+"=600")
+	if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, p, "mode: spec\nsysctls:\n  "+key+": 650\n")
+	step("reload", key+"=650")
+	// Long after: the landing window and its grace are over.
+	p.records.mu.Lock()
+	for _, l := range p.records.pods[pod.GetId()].landing {
+		l.specLandsBy = time.Now().Add(-2*specLanding - time.Second)
+	}
+	p.records.mu.Unlock()
+	ns.values[key] = "600" // an operator, by hand
+	step("a value set by hand later", "")
+	if ns.values[key] != "600" {
+		t.Errorf("another writer's value overwritten: %q", ns.values[key])
+	}
+}
+
+// A container decided from a pod's record after the pass read the
+// record's mark and before it replaced the record: the pass's plan did
+// not count it, so the record is not replaced and the pod is tried again
+// (replaceRetry); nothing is written meanwhile.
+func TestConvergeRetriesAPodDecidedDuringItsPlan(t *testing.T) {
+	p, _ := newConvergeTest(t, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n", t.TempDir(), nil)
+	pod := synchronizedPod(t, p, "during")
+	old := p.record(pod)
+	mark := p.records.landsBy(old)
+	if _, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "meanwhile"}); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 650\n")
+	next, wait := p.replaceRecord(old, mark, p.current.Load(), pod, nil)
+	if next != nil || wait != replaceRetry {
+		t.Fatalf("replaceRecord after a container was decided: a record %t, wait %v; want none, wait %v", next != nil, wait, replaceRetry)
+	}
+	if p.record(pod) != old {
+		t.Error("the record was replaced")
+	}
+	next, wait = p.replaceRecord(old, p.records.landsBy(old), p.current.Load(), pod, nil)
+	if next == nil || wait != 0 || len(next.landing) != 1 || next.landing[0] != old {
+		t.Errorf("replaceRecord with the mark read again: a record %t, wait %v; want one keeping the old one as landing", next != nil, wait)
 	}
 }

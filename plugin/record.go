@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,8 +63,8 @@ type podRecord struct {
 	// landing: records this one replaced under another config whose
 	// containers' sysctls may land after the convergence that replaced
 	// them, until landingUntil. Their values are the plugin's own, not
-	// another writer's. Set before the record is published, read-only
-	// after.
+	// another writer's. Set before the record is published; only the
+	// worker reads it (and empties it, once a later record holds them).
 	landing      []*podRecord
 	landingUntil time.Time
 
@@ -264,27 +265,51 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 	return append([]sysctl.Sysctl(nil), r.written...), append([]podns.WriteError(nil), r.writeErrs...), r.writes
 }
 
-// landingValues is, key by key, what containers decided from the records
-// in landing put on their specs.
-func (r *podRecord) landingValues() map[string][]string {
-	if len(r.landing) == 0 {
-		return nil
-	}
-	out := map[string][]string{}
-	for _, l := range r.landing {
+// landingSince is what of the pod's earlier decisions may have landed, or
+// may still land, at now, as the worker converges it to cur: the
+// containers of the records r keeps (landing), and r's own when r is
+// under another config (mark: r's specLandsBy, read under
+// podRecords.mu). A record counts until specLanding after its window
+// ends, so that the pass asked for at its end still sees its values; after
+// that its values are nobody's. values is what they put on their specs,
+// key by key; until is when the last of them can land.
+func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (values map[string][]string, until time.Time) {
+	add := func(l *podRecord, by time.Time) {
+		if !now.Before(by.Add(specLanding)) {
+			return
+		}
+		if values == nil {
+			values = map[string][]string{}
+		}
 		for _, s := range l.setByPlugin() {
-			out[s.Key()] = append(out[s.Key()], s.Value())
+			values[s.Key()] = append(values[s.Key()], s.Value())
+		}
+		if by.After(until) {
+			until = by
 		}
 	}
-	return out
+	for _, l := range r.landing {
+		add(l, l.specLandsBy) // a replaced record's: no longer changes
+	}
+	if r.cfg != cur {
+		add(r, mark)
+	}
+	return values, until
 }
 
 // noteConverged keeps what a convergence left set by the plugin in the
-// pod.
+// pod, over what the record held of the same keys (a container decided
+// from it meanwhile, or the record it replaced).
 func (r *podRecord) noteConverged(written []sysctl.Sysctl) {
 	r.mu.Lock()
-	r.written = written
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	merged := append([]sysctl.Sysctl(nil), written...)
+	for _, s := range r.written {
+		if !hasKey(written, s.Key()) {
+			merged = append(merged, s)
+		}
+	}
+	r.written = merged
 }
 
 // noteSetOnSpec keeps what the plugin put on a container's spec (spec
@@ -412,29 +437,46 @@ func (s *podRecords) forget(podID string) {
 // to back) keeps the newest.
 const maxLanding = 4
 
+// landsBy is rec's specLandsBy, read in the lock that guards it.
+func (s *podRecords) landsBy(rec *podRecord) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return rec.specLandsBy
+}
+
 // replace puts next in old's place, unless the pod was removed or its
-// record replaced meanwhile. next keeps, as landing, old and the records
-// old kept whose containers' sysctls may land after now, when they were
-// under another config than next. A handler still holding old finishes
-// with it.
-func (s *podRecords) replace(old, next *podRecord, now time.Time) (swapped bool) {
+// record replaced meanwhile, or a container was decided from old since
+// the caller read its mark (landsBy): then changed is true, and the
+// caller, whose plan did not count that container, tries again later.
+// next keeps, as landing, old and the records old kept whose containers'
+// sysctls may land after now, when they were under another config than
+// next; the records it keeps keep none of their own, so that none is
+// reachable past maxLanding. A handler still holding old finishes with it.
+func (s *podRecords) replace(old, next *podRecord, now, mark time.Time) (swapped, changed bool) {
 	next.id = old.id
 	next.lookupSlot = makeSlot()
 	s.mu.Lock()
-	swapped = s.pods[old.id] == old
-	if swapped {
-		for _, l := range append(old.landing, old) {
-			if l.cfg != next.cfg && l.specLandsBy.After(now) {
-				if len(next.landing) == maxLanding {
-					next.landing = next.landing[1:] // the oldest
-				}
-				next.landing = append(next.landing, l)
-				if l.specLandsBy.After(next.landingUntil) {
-					next.landingUntil = l.specLandsBy
-				}
+	switch {
+	case s.pods[old.id] != old:
+	case !old.specLandsBy.Equal(mark):
+		changed = true
+	default:
+		for _, l := range slices.Concat(old.landing, []*podRecord{old}) {
+			// Only the worker reads a record's landing: it moves here.
+			l.landing = nil
+			if l.cfg == next.cfg || !l.specLandsBy.After(now) {
+				continue
+			}
+			if len(next.landing) == maxLanding {
+				next.landing = next.landing[1:] // the oldest
+			}
+			next.landing = append(next.landing, l)
+			if l.specLandsBy.After(next.landingUntil) {
+				next.landingUntil = l.specLandsBy
 			}
 		}
 		s.pods[old.id] = next
+		swapped = true
 	}
 	s.mu.Unlock()
 	if swapped {
@@ -442,7 +484,7 @@ func (s *podRecords) replace(old, next *podRecord, now time.Time) (swapped bool)
 	} else {
 		next.release()
 	}
-	return swapped
+	return swapped, changed
 }
 
 // retain drops every pod for which keep returns false: pods removed while
