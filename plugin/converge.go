@@ -222,10 +222,8 @@ func (p *plugin) convergePass(ctx context.Context) {
 
 // convergeLater asks for a pass after wait: for the pods where a
 // container decided under an older config may land its sysctls after the
-// pass.
+// pass. Only the worker calls it.
 func (p *plugin) convergeLater(wait time.Duration) {
-	p.convergeRetryMu.Lock()
-	defer p.convergeRetryMu.Unlock()
 	if p.convergeRetry == nil {
 		p.convergeRetry = time.AfterFunc(wait, p.kickConvergence)
 		return
@@ -337,7 +335,11 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	}
 	fresh.fill(keys)
 	if len(keys) == 0 {
-		return landingWait(p.replaceRecord(rec, mark, cur, sb, nil))
+		next, wait := p.replaceRecord(rec, mark, cur, sb, nil)
+		if next == nil {
+			return wait
+		}
+		return next.landingWait()
 	}
 	names := make([]string, len(keys))
 	for i, k := range keys {
@@ -370,19 +372,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		p.meter.Load().podHealed(rec.id)
 	}
 	next.noteConverged(wantedLive(readable, memory))
-	return landingWait(next, 0)
-}
-
-// landingWait is how long until no container of the records rec replaced
-// can land its sysctls (0 if none can), or wait when there is no rec.
-func landingWait(rec *podRecord, wait time.Duration) time.Duration {
-	if rec == nil {
-		return wait
-	}
-	if rec.landingUntil.IsZero() {
-		return 0
-	}
-	return max(time.Until(rec.landingUntil), time.Millisecond)
+	return next.landingWait()
 }
 
 // leftToOther is the keys of steps left to another writer.

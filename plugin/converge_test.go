@@ -355,8 +355,6 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 		return adj.GetLinux().GetSysctl()[key]
 	}
 	retryAsked := func() bool {
-		p.convergeRetryMu.Lock()
-		defer p.convergeRetryMu.Unlock()
 		asked := p.convergeRetry != nil && p.convergeRetry.Stop()
 		p.convergeRetry = nil
 		return asked
@@ -395,7 +393,6 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 	for _, l := range rec.landing {
 		l.specLandsBy = time.Time{}
 	}
-	rec.landingUntil = time.Time{}
 	p.records.mu.Unlock()
 	step("once nothing can land", "")
 	ns.values[key] = "650"

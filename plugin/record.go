@@ -62,11 +62,11 @@ type podRecord struct {
 	specLandsBy time.Time
 	// landing: records this one replaced under another config whose
 	// containers' sysctls may land after the convergence that replaced
-	// them, until landingUntil. Their values are the plugin's own, not
-	// another writer's. Set before the record is published; only the
-	// worker reads it (and empties it, once a later record holds them).
-	landing      []*podRecord
-	landingUntil time.Time
+	// them (until their specLandsBy, which no longer changes). Their
+	// values are the plugin's own, not another writer's. Set before the
+	// record is published; only the worker reads it (and empties it, once
+	// a later record holds them).
+	landing []*podRecord
 
 	// Namespace mode only.
 	// target is where the pod's namespaces are (readSandbox).
@@ -297,6 +297,21 @@ func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (va
 	return values, until
 }
 
+// landingWait is how long until no container of the records r keeps as
+// landing can land its sysctls; 0 if none can.
+func (r *podRecord) landingWait() time.Duration {
+	var until time.Time
+	for _, l := range r.landing {
+		if l.specLandsBy.After(until) {
+			until = l.specLandsBy
+		}
+	}
+	if until.IsZero() {
+		return 0
+	}
+	return max(time.Until(until), time.Millisecond)
+}
+
 // noteConverged keeps what a convergence left set by the plugin in the
 // pod, over what the record held of the same keys (a container decided
 // from it meanwhile, or the record it replaced).
@@ -471,9 +486,6 @@ func (s *podRecords) replace(old, next *podRecord, now, mark time.Time) (swapped
 				next.landing = next.landing[1:] // the oldest
 			}
 			next.landing = append(next.landing, l)
-			if l.specLandsBy.After(next.landingUntil) {
-				next.landingUntil = l.specLandsBy
-			}
 		}
 		s.pods[old.id] = next
 		swapped = true

@@ -56,8 +56,7 @@ type loaded struct {
 // in flight) before its mu; podRecords.mu before a new record's mu, which
 // no one else holds yet (record.go); podRecords.mu also guards each
 // record's specLandsBy. Leaves: requestGate.mu (leave.go),
-// lackingContainers.mu, runningPods.mu, convergeRetryMu and the meter's
-// own.
+// lackingContainers.mu, runningPods.mu and the meter's own.
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
@@ -121,10 +120,9 @@ type plugin struct {
 	running      runningPods
 	convergeKick chan struct{}
 	// convergeRetry asks for a pass once containers decided under an
-	// older config have landed (convergeLater); convergeRetryMu is a leaf.
-	convergeRetry   *time.Timer
-	convergeRetryMu sync.Mutex
-	podState        *podstate.Store
+	// older config have landed (convergeLater); the worker's alone.
+	convergeRetry *time.Timer
+	podState      *podstate.Store
 	// runningPodsOverride is --running-pods: it wins over the config's
 	// runningPods when set, as --mode wins over its mode.
 	runningPodsOverride string
