@@ -52,7 +52,7 @@ CYCLONEDX_GOMOD_VERSION ?= v1.10.0
 CYCLONEDX_GOMOD := $(CACHE)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/bin/cyclonedx-gomod
 
 
-.PHONY: release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: publish release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
@@ -145,6 +145,23 @@ RELEASE_DIR ?= bin/release/$(VERSION)
 release: image packages chart notices
 	hack/release.sh $(RELEASE_DIR) '$(VERSION)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(PACKAGES_DIR) \
 		$(foreach a,$(IMAGE_ARCHES),$(a)=$(call arch_bin,$(a)))
+
+## publish: push the image archive's whole index (linux/amd64 and
+## linux/arm64) to REGISTRY/nri-sysctl:<OCI tag> and the chart to
+## oci://REGISTRY/charts, and read both back (hack/publish.sh;
+## docs/releasing.md). Log in first (crane auth login, helm registry
+## login); PLAIN_HTTP=1 for a registry without TLS. make e2e-k8s's
+## two-node test publishes to its local registry with the same script.
+CRANE_VERSION ?= v0.22.1
+CRANE := $(CACHE)/crane-$(CRANE_VERSION)/bin/crane
+HELM ?= helm
+publish: image chart $(CRANE)
+	@test -n '$(REGISTRY)' || { echo 'make publish: REGISTRY=host[:port][/path] is required' >&2; exit 2; }
+	hack/publish.sh '$(REGISTRY)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(CRANE) $(HELM) $(if $(PLAIN_HTTP),--plain-http)
+
+$(CRANE):
+	mkdir -p $(dir $@)
+	cd / && GOBIN=$(abspath $(dir $@)) CGO_ENABLED=0 $(GO) install -ldflags "-s -w" github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
 
 ## reproduce: make release twice on HEAD (or a commit of the working tree
 ## when it differs), in two local clones of different depths, the second

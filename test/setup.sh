@@ -19,11 +19,14 @@
 #   - with --k8s (make e2e-k8s): the single-node Kubernetes of the e2e-k8s test: kubelet, kube-apiserver,
 #     kube-controller-manager and kube-scheduler $K8S_VERSION from one throwaway
 #     module into $CACHE/kubernetes-<version>/bin, etcd $ETCD_VERSION into
-#     $CACHE/etcd-<version>/bin
+#     $CACHE/etcd-<version>/bin; the local OCI registry the two-node test
+#     pulls from (the CNCF distribution registry $REGISTRY_VERSION) into
+#     $CACHE/registry-<version>/bin, and crane $CRANE_VERSION (pushes the
+#     image index to it; make publish) into $CACHE/crane-<version>/bin
 #   - with --kubelet (make vm-test): only that kubelet, the same binary
 #   - with --demo (make demo): nothing the demo does not use, so neither
 #     the user-namespace runc nor helm
-#   - with --k8s-only: what --k8s adds (Kubernetes and etcd) and nothing else,
+#   - with --k8s-only: what --k8s adds (Kubernetes, etcd, the registry, crane) and nothing else,
 #     not even apt packages: test/test-all.sh runs it in the background
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
@@ -40,6 +43,8 @@ USERNS_RUNC_VERSION=v1.5.3
 K8S_VERSION=${NRI_SYSCTL_K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${NRI_SYSCTL_ETCD_VERSION:-v3.7.3}
 HELM_VERSION=${NRI_SYSCTL_HELM_VERSION:-v3.22.0}
+REGISTRY_VERSION=${NRI_SYSCTL_REGISTRY_VERSION:-v3.1.2}
+CRANE_VERSION=${NRI_SYSCTL_CRANE_VERSION:-v0.22.1}
 BUILD_TAGS="no_btrfs no_devmapper no_zfs"
 # Test tools carry no symbol table or DWARF: linking containerd's three
 # binaries took 7.8 s with them and 3.0 s without, on each of six lines.
@@ -191,6 +196,23 @@ build_crictl() {
 	go_install_tool "$CACHE/crictl-$CRICTL_VERSION" crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 }
 
+# The registry and crane, for make e2e-k8s's two-node test (and crane for
+# make publish). crane reports its version with a subcommand, not a flag.
+build_registry() {
+	go_install_tool "$CACHE/registry-$REGISTRY_VERSION" registry "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" CGO_ENABLED=0
+}
+build_crane() {
+	local dir="$CACHE/crane-$CRANE_VERSION" tmp
+	mkdir -p "$dir/bin"
+	tmp=$(mktemp -d "$CACHE/.build-crane.XXXXXX")
+	TMPDIRS+=("$tmp")
+	GOBIN="$tmp" CGO_ENABLED=0 go install -ldflags "$STRIP" "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" </dev/null
+	mv -f "$tmp/crane" "$dir/bin/crane.new"
+	mv -f "$dir/bin/crane.new" "$dir/bin/crane"
+	rm -rf "$tmp"
+	"$dir/bin/crane" version
+}
+
 # runc's nsenter is C: built with cgo, without seccomp (no libseccomp needed).
 build_userns_runc() {
 	go_install_tool "$CACHE/runc-$USERNS_RUNC_VERSION" runc "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" CGO_ENABLED=1
@@ -313,6 +335,16 @@ setup_k8s() {
 	else
 		step "build etcd $ETCD_VERSION" build_etcd
 	fi
+	if [[ -x $CACHE/registry-$REGISTRY_VERSION/bin/registry ]]; then
+		log "registry $REGISTRY_VERSION: reusing $CACHE/registry-$REGISTRY_VERSION/bin/registry"
+	else
+		step "build the registry $REGISTRY_VERSION" build_registry
+	fi
+	if [[ -x $CACHE/crane-$CRANE_VERSION/bin/crane ]]; then
+		log "crane $CRANE_VERSION: reusing $CACHE/crane-$CRANE_VERSION/bin/crane"
+	else
+		step "build crane $CRANE_VERSION" build_crane
+	fi
 }
 
 total_start=$(date +%s)
@@ -320,7 +352,7 @@ mkdir -p "$CACHE"
 
 if [[ -n $K8S_ONLY ]]; then
 	setup_k8s
-	log "all done in $(($(date +%s) - total_start))s (Kubernetes and etcd only); cache: $CACHE"
+	log "all done in $(($(date +%s) - total_start))s (Kubernetes, etcd, the registry and crane only); cache: $CACHE"
 	exit 0
 fi
 

@@ -424,6 +424,11 @@ state = %[4]q
   # Offline pause image imported by the harness (entrypoint: sleep infinity).
   sandbox = %[7]q
 
+[plugins."io.containerd.cri.v1.images".registry]
+  # The node's own hosts directory (empty but for the two-node test's
+  # registry, registryHostsDir).
+  config_path = %[17]q
+
 [plugins."io.containerd.cri.v1.runtime"]
   # The test machines' root has every capability except CAP_SYS_RESOURCE, so
   # runc cannot lower a container's oom_score_adj below containerd's own.
@@ -462,8 +467,12 @@ state = %[4]q
 `, c.version, cfgVersion, c.root, c.state, servers, filepath.Join(c.tmp, "opt"), pauseImage,
 		altRuntimeHandler, cniBin, c.cniConfDir, c.nriSock,
 		filepath.Join(c.tmp, "nri-plugins"), filepath.Join(c.tmp, "nri-conf"), filepath.Join(c.tmp, "runc"),
-		usernsRuntime(c), importsLine(c.imports))
+		usernsRuntime(c), importsLine(c.imports), c.registryHostsDir())
 }
+
+// registryHostsDir is this node's containerd hosts directory (config_path;
+// a directory per registry host holding its hosts.toml).
+func (c *cluster) registryHostsDir() string { return filepath.Join(c.tmp, "certs.d") }
 
 // importsLine is containerd's imports key ("" for none); it belongs
 // before any table.

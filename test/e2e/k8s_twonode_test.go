@@ -319,7 +319,7 @@ func TestK8sTwoNodes(t *testing.T) {
 	logf("TestK8sTwoNodes: node 1 on containerd %s, node 2 on %s, one release in mode auto", c.version, version2)
 	archive := filepath.Join(c.repoRoot, "bin", "nri-sysctl-image.tar")
 	image := imageName(t, archive)
-	repo, tag, _ := strings.Cut(image, ":")
+	_, tag, _ := strings.Cut(image, ":")
 	chart := packagedChart(t, tag)
 
 	netnsDir := c.netnsDir(t)
@@ -355,14 +355,24 @@ func TestK8sTwoNodes(t *testing.T) {
 	logf("two nodes Ready, both with %s, %s after the test started", notReadyTaint, time.Since(testStart).Round(time.Millisecond))
 
 	k.createTestNamespace(t)
-	// Node 2 gets the image later: its plugin cannot start, and so cannot
-	// be ready, until then.
-	if out, err := c.ctr("images", "import", archive); err != nil {
-		t.Fatalf("ctr images import %s: %v\n%s", archive, err, out)
-	}
+	h := helmRun{k: k, home: filepath.Join(k.dir, "helm")}
+	// The image and the chart come from a registry, as on a cluster: make
+	// publish's script pushes them, the nodes pull the image by the
+	// chart's default tag (the chart's pullPolicy, IfNotPresent), and
+	// helm installs the chart from oci://. Node 2 reaches the registry
+	// through a path of its own (a second registry process on the same
+	// storage) that is down until later: its plugin cannot start, and so
+	// cannot be ready, until then.
+	reg := startRegistry(t, k)
+	chartRef := reg.publish(t, h, archive, chart, tag)
+	regRepo := reg.addr + "/nri-sysctl"
+	indexDigest := reg.indexDigest(t, k, "nri-sysctl:"+tag)
+	node2Path := loopbackAddr(t)
+	pullFrom(t, c, reg.addr, reg.addr)
+	pullFrom(t, n2.c, reg.addr, node2Path)
 	values := map[string]any{
 		// The tag: the packaged chart's default (packagedChart).
-		"image":               map[string]any{"repository": repo, "pullPolicy": "Never"},
+		"image":               map[string]any{"repository": regRepo},
 		"containerd":          map[string]any{"socket": c.grpcSock},
 		"nri":                 map[string]any{"socket": c.nriSock},
 		"netnsDir":            netnsDir,
@@ -385,14 +395,13 @@ func TestK8sTwoNodes(t *testing.T) {
 	if err := os.WriteFile(valuesFile, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := helmRun{k: k, home: filepath.Join(k.dir, "helm")}
 	keys := sortedKeys(k8sDefaults)
 	// What each node's plugin chooses under mode auto.
 	modeOf := map[string]string{k8sNodeName: "spec", node2Name: "namespace"}
 
 	if !t.Run("the DaemonSet runs on both nodes; each plugin removes only its own node's taint", func(t *testing.T) {
 		installStart := time.Now()
-		h.run(t, "install", pluginRelease, chart, "-n", pluginNamespace, "--create-namespace", "-f", valuesFile)
+		h.run(t, append(append([]string{"install", pluginRelease}, chartRef...), "-n", pluginNamespace, "--create-namespace", "-f", valuesFile)...)
 		k.waitPluginReadyOn(t, k8sNodeName, 3*time.Minute)
 		waitUntil(t, time.Minute, "node 1's taint to go", func() (bool, string) {
 			n := k.node(t)
@@ -404,23 +413,24 @@ func TestK8sTwoNodes(t *testing.T) {
 		for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 			p, found, ready := k.pluginPodOn(t, node2Name)
 			if !found || ready {
-				t.Fatalf("node 2's plugin pod: found %v ready %v, want one that cannot start (no image on node 2)", found, ready)
+				t.Fatalf("node 2's plugin pod: found %v ready %v, want one that cannot start (node 2's registry path is down)", found, ready)
 			}
 			if n := k.nodeNamed(t, node2Name); !n.hasTaint(notReadyTaint) {
 				t.Fatalf("node 2 lost its taint while its plugin pod %s was not ready (%s): %+v", p.Metadata.Name, p.Status.Phase, n.Spec.Taints)
 			}
 		}
-		if out, err := n2.c.ctr("images", "import", archive); err != nil {
-			t.Fatalf("node 2: ctr images import: %v\n%s", err, out)
-		}
+		reg.serve(t, k, "registry-node2", node2Path)
 		imported := time.Now()
 		k.waitPluginReadyOn(t, node2Name, 3*time.Minute)
 		waitUntil(t, time.Minute, "node 2's taint to go", func() (bool, string) {
 			n := k.nodeNamed(t, node2Name)
 			return !n.hasTaint(notReadyTaint), fmt.Sprintf("%+v", n.Spec.Taints)
 		})
-		logf("node 2: plugin ready and taint gone %s after its image was imported", time.Since(imported).Round(time.Millisecond))
+		logf("node 2: plugin ready and taint gone %s after its registry path came up (the kubelet's pull back-off)", time.Since(imported).Round(time.Millisecond))
 		k.waitDaemonSetOn(t, 2)
+		for _, n := range nodes {
+			checkPulledImage(t, n.name, n.c, regRepo, tag, indexDigest)
+		}
 		for _, n := range nodes {
 			p, _, _ := k.pluginPodOn(t, n.name)
 			m := metricsOf(t, p)
@@ -554,11 +564,8 @@ func TestK8sTwoNodes(t *testing.T) {
 
 	t.Run("helm upgrade to a new image tag rolls through both nodes; pods started during it get their defaults or wait, never nothing", func(t *testing.T) {
 		newTag := tag + "-rolled"
-		for _, n := range nodes {
-			if out, err := n.c.ctr("images", "tag", image, repo+":"+newTag); err != nil {
-				t.Fatalf("%s: ctr images tag: %v %s", n.name, err, out)
-			}
-		}
+		// A new tag in the registry, which both nodes pull.
+		reg.tag(t, k, "nri-sysctl:"+tag, newTag)
 		old := map[string]string{}
 		for _, n := range nodes {
 			p, _, _ := k.pluginPodOn(t, n.name)
@@ -593,7 +600,7 @@ func TestK8sTwoNodes(t *testing.T) {
 			}
 		}()
 		upgradeStart := time.Now()
-		h.run(t, "upgrade", pluginRelease, chart, "-n", pluginNamespace, "-f", valuesFile, "--set", "image.tag="+newTag)
+		h.run(t, append(append([]string{"upgrade", pluginRelease}, chartRef...), "-n", pluginNamespace, "-f", valuesFile, "--set", "image.tag="+newTag)...)
 		waitUntil(t, 4*time.Minute, "both nodes' plugin pods replaced by ready ones with the new tag", func() (bool, string) {
 			var seen []string
 			all := true
@@ -605,6 +612,9 @@ func TestK8sTwoNodes(t *testing.T) {
 			return all, strings.Join(seen, ", ")
 		})
 		k.waitDaemonSetOn(t, 2)
+		for _, n := range nodes {
+			checkPulledImage(t, n.name, n.c, regRepo, newTag, indexDigest)
+		}
 		// A few more pods after the roll.
 		time.Sleep(3 * time.Second)
 		close(stop)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Copyright The nri-sysctl Authors.
+# SPDX-License-Identifier: Apache-2.0
+# make publish: push the image archive's whole index (linux/amd64 and
+# linux/arm64) to REGISTRY/nri-sysctl:OCI_TAG and the chart package to
+# oci://REGISTRY/charts, then read both back by tag and check that the
+# registry serves what was built: the index's digest, the chart's version.
+# A node pulling the tag then gets its own platform's image from the index.
+#
+# Usage: hack/publish.sh REGISTRY OCI_TAG IMAGE_TAR CHART_TGZ CRANE HELM [--plain-http]
+# (the Makefile passes them; make e2e-k8s's two-node test runs it against
+# its local registry with --plain-http). Credentials are the user's:
+# crane auth login and helm registry login beforehand.
+set -euo pipefail
+
+[[ $# -ge 6 && $# -le 7 ]] || { echo "usage: $0 REGISTRY OCI_TAG IMAGE_TAR CHART_TGZ CRANE HELM [--plain-http]" >&2; exit 2; }
+registry=${1%/} tag=$2 image_tar=$3 chart_tgz=$4 crane=$5 helm=$6 plain=${7:-}
+fail() { echo "make publish: $*" >&2; exit 1; }
+[[ -z $plain || $plain == --plain-http ]] || fail "the seventh argument is --plain-http or nothing, not $plain"
+[[ -n $registry && $registry != *://* ]] || fail "REGISTRY=$registry: want host[:port][/path], without a scheme"
+for f in "$image_tar" "$chart_tgz"; do
+	[[ -f $f ]] || fail "$f is missing (make image and make chart build it)"
+done
+
+crane_flags=() helm_flags=()
+if [[ -n $plain ]]; then
+	crane_flags=(--insecure)
+	helm_flags=(--plain-http)
+fi
+
+layout=$(mktemp -d -t nri-sysctl-publish.XXXXXX)
+trap 'rm -rf "$layout"' EXIT
+tar -xf "$image_tar" -C "$layout"
+# The archive's index.json names one descriptor, the two-platform index:
+# crane pushes that index (and what it names) under the tag as it is, so
+# that its digest in the registry is the archive's.
+want=$(sed -n 's/.*"digest": *"\(sha256:[0-9a-f]*\)".*/\1/p' "$layout/index.json")
+[[ $(wc -l <<<"$want") -eq 1 && -n $want ]] || fail "$image_tar: index.json names $(wc -l <<<"$want") descriptors, want the one image index (make image writes it)"
+
+image="$registry/nri-sysctl:$tag"
+"$crane" push "${crane_flags[@]}" "$layout" "$image"
+got=$("$crane" digest "${crane_flags[@]}" "$image")
+[[ $got == "$want" ]] || fail "$image is $got in the registry, the archive's index is $want"
+
+"$helm" push "${helm_flags[@]}" "$chart_tgz" "oci://$registry/charts"
+chart_version=$(tar -xOzf "$chart_tgz" nri-sysctl/Chart.yaml | sed -n 's/^version: *//p')
+"$helm" show chart "${helm_flags[@]}" "oci://$registry/charts/nri-sysctl" --version "$chart_version" >/dev/null ||
+	fail "the chart $chart_version cannot be read back from oci://$registry/charts/nri-sysctl"
+
+echo "make publish: the image $image ($want, linux/amd64 and linux/arm64) and the chart oci://$registry/charts/nri-sysctl $chart_version"
