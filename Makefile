@@ -50,9 +50,16 @@ GOLANGCI_LINT := $(CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/bin/golangci-li
 # notices, built the same way.
 CYCLONEDX_GOMOD_VERSION ?= v1.10.0
 CYCLONEDX_GOMOD := $(CACHE)/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)/bin/cyclonedx-gomod
+# crane (pushes the image's index: make publish) and cosign (signs: make
+# publish, make release; verifies: make verify-published), built the same
+# way; test/setup.sh --k8s builds the same versions into the same paths.
+CRANE_VERSION ?= v0.22.1
+CRANE := $(CACHE)/crane-$(CRANE_VERSION)/bin/crane
+COSIGN_VERSION ?= v2.6.5
+COSIGN := $(CACHE)/cosign-$(COSIGN_VERSION)/bin/cosign
 
 
-.PHONY: publish release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: publish verify-published release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
 
 all: build
 
@@ -140,24 +147,36 @@ packages: notices-make
 ## both architectures' binaries and SBOMs, the .deb and .rpm packages, the
 ## image archive, the chart, LICENSE, THIRD_PARTY_NOTICES, CHANGELOG.md's
 ## section as RELEASE_NOTES.md, and SHA256SUMS, checked with sha256sum -c
-## (hack/release.sh; docs/releasing.md). Not yet signed (issue 36, item 6).
+## (hack/release.sh; docs/releasing.md). With COSIGN_KEY=cosign.key
+## (COSIGN_PASSWORD its password), SHA256SUMS.sig too (hack/sign-sums.sh;
+## hack/verify-sums.sh checks it).
 RELEASE_DIR ?= bin/release/$(VERSION)
-release: image packages chart notices
-	hack/release.sh $(RELEASE_DIR) '$(VERSION)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(PACKAGES_DIR) \
+release: image packages chart notices $(if $(COSIGN_KEY),$(COSIGN))
+	$(if $(COSIGN_KEY),COSIGN_KEY='$(COSIGN_KEY)' COSIGN=$(COSIGN)) hack/release.sh $(RELEASE_DIR) '$(VERSION)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(PACKAGES_DIR) \
 		$(foreach a,$(IMAGE_ARCHES),$(a)=$(call arch_bin,$(a)))
 
 ## publish: push the image archive's whole index (linux/amd64 and
 ## linux/arm64) to REGISTRY/nri-sysctl:<OCI tag> and the chart to
 ## oci://REGISTRY/charts, and read both back (hack/publish.sh;
 ## docs/releasing.md). Log in first (crane auth login, helm registry
-## login); PLAIN_HTTP=1 for a registry without TLS. make e2e-k8s's
-## two-node test publishes to its local registry with the same script.
-CRANE_VERSION ?= v0.22.1
-CRANE := $(CACHE)/crane-$(CRANE_VERSION)/bin/crane
+## login); PLAIN_HTTP=1 for a registry without TLS; COSIGN_KEY=cosign.key
+## (COSIGN_PASSWORD its password) signs both there with that key, and
+## nothing goes to a transparency log. make e2e-k8s's two-node test
+## publishes to its local registry with the same script.
+## verify-published: what a user runs before installing: both signatures,
+## checked with COSIGN_PUB (hack/verify-published.sh).
 HELM ?= helm
-publish: image chart $(CRANE)
+publish: image chart $(CRANE) $(if $(COSIGN_KEY),$(COSIGN))
 	@test -n '$(REGISTRY)' || { echo 'make publish: REGISTRY=host[:port][/path] is required' >&2; exit 2; }
-	hack/publish.sh '$(REGISTRY)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(CRANE) $(HELM) $(if $(PLAIN_HTTP),--plain-http)
+	$(if $(COSIGN_KEY),COSIGN_KEY='$(COSIGN_KEY)' COSIGN=$(COSIGN)) hack/publish.sh '$(REGISTRY)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(CRANE) $(HELM) $(if $(PLAIN_HTTP),--plain-http)
+
+verify-published: $(COSIGN)
+	@test -n '$(REGISTRY)' -a -n '$(COSIGN_PUB)' || { echo 'make verify-published: REGISTRY=host[:port][/path] and COSIGN_PUB=cosign.pub are required' >&2; exit 2; }
+	hack/verify-published.sh '$(REGISTRY)' '$(OCI_TAG)' '$(CHART_VERSION)' $(COSIGN) '$(COSIGN_PUB)' $(if $(PLAIN_HTTP),--plain-http)
+
+$(COSIGN):
+	mkdir -p $(dir $@)
+	cd / && GOBIN=$(abspath $(dir $@)) CGO_ENABLED=0 $(GO) install -ldflags "-s -w" github.com/sigstore/cosign/v2/cmd/cosign@$(COSIGN_VERSION)
 
 $(CRANE):
 	mkdir -p $(dir $@)

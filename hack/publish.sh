@@ -7,10 +7,18 @@
 # registry serves what was built: the index's digest, the chart's version.
 # A node pulling the tag then gets its own platform's image from the index.
 #
+# With COSIGN_KEY (a cosign private key; COSIGN_PASSWORD its password) and
+# COSIGN (the binary), it then signs the image index and the chart by
+# digest with that key, the signatures stored beside them in the registry
+# (cosign's tag scheme), and nothing sent anywhere else: no transparency-log
+# upload, no signing config fetched (docs/releasing.md says how a real
+# release would sign, and hack/verify-published.sh how a user verifies).
+#
 # Usage: hack/publish.sh REGISTRY OCI_TAG IMAGE_TAR CHART_TGZ CRANE HELM [--plain-http]
 # (the Makefile passes them; make e2e-k8s's two-node test runs it against
-# its local registry with --plain-http). Credentials are the user's:
-# crane auth login and helm registry login beforehand.
+# its local registry with --plain-http, in a network namespace with only
+# loopback). Credentials are the user's: crane auth login and helm
+# registry login beforehand.
 set -euo pipefail
 
 [[ $# -ge 6 && $# -le 7 ]] || { echo "usage: $0 REGISTRY OCI_TAG IMAGE_TAR CHART_TGZ CRANE HELM [--plain-http]" >&2; exit 2; }
@@ -22,10 +30,15 @@ for f in "$image_tar" "$chart_tgz"; do
 	[[ -f $f ]] || fail "$f is missing (make image and make chart build it)"
 done
 
-crane_flags=() helm_flags=()
+crane_flags=() helm_flags=() cosign_flags=()
 if [[ -n $plain ]]; then
 	crane_flags=(--insecure)
 	helm_flags=(--plain-http)
+	cosign_flags=(--allow-http-registry --allow-insecure-registry)
+fi
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	[[ -f $COSIGN_KEY ]] || fail "COSIGN_KEY=$COSIGN_KEY: no such file"
+	[[ -x ${COSIGN:-} ]] || fail "COSIGN=${COSIGN:-}: want the cosign binary to sign with COSIGN_KEY"
 fi
 
 layout=$(mktemp -d -t nri-sysctl-publish.XXXXXX)
@@ -46,5 +59,14 @@ got=$("$crane" digest "${crane_flags[@]}" "$image")
 chart_version=$(tar -xOzf "$chart_tgz" nri-sysctl/Chart.yaml | sed -n 's/^version: *//p')
 "$helm" show chart "${helm_flags[@]}" "oci://$registry/charts/nri-sysctl" --version "$chart_version" >/dev/null ||
 	fail "the chart $chart_version cannot be read back from oci://$registry/charts/nri-sysctl"
+
+chart_ref="$registry/charts/nri-sysctl"
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	chart_digest=$("$crane" digest "${crane_flags[@]}" "$chart_ref:$chart_version")
+	for ref in "$registry/nri-sysctl@$want" "$chart_ref@$chart_digest"; do
+		"$COSIGN" sign --yes --key "$COSIGN_KEY" --tlog-upload=false "${cosign_flags[@]}" "$ref"
+	done
+	echo "make publish: signed the image and the chart with $COSIGN_KEY"
+fi
 
 echo "make publish: the image $image ($want, linux/amd64 and linux/arm64) and the chart oci://$registry/charts/nri-sysctl $chart_version"

@@ -64,5 +64,9 @@ printf '%s\n' "$notes" >"$dir/RELEASE_NOTES.md"
 # Sorted by name, so that the file itself is the same for the same artifacts.
 (cd "$dir" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 (cd "$dir" && sha256sum --quiet -c SHA256SUMS) || fail "sha256sum -c fails in $dir"
+# With COSIGN_KEY (and COSIGN, the binary): SHA256SUMS.sig beside it.
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	"$(dirname "$0")/sign-sums.sh" "${COSIGN:?COSIGN: the cosign binary, to sign with COSIGN_KEY}" "$dir"
+fi
 echo "make release: $(wc -l <"$dir/SHA256SUMS") artifacts of $version in $dir, SHA256SUMS checked:"
 cat "$dir/SHA256SUMS"

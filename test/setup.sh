@@ -22,11 +22,12 @@
 #     $CACHE/etcd-<version>/bin; the local OCI registry the two-node test
 #     pulls from (the CNCF distribution registry $REGISTRY_VERSION) into
 #     $CACHE/registry-<version>/bin, and crane $CRANE_VERSION (pushes the
-#     image index to it; make publish) into $CACHE/crane-<version>/bin
+#     image index to it; make publish) into $CACHE/crane-<version>/bin, and
+#     cosign $COSIGN_VERSION (signs there and verifies) into $CACHE/cosign-<version>/bin
 #   - with --kubelet (make vm-test): only that kubelet, the same binary
 #   - with --demo (make demo): nothing the demo does not use, so neither
 #     the user-namespace runc nor helm
-#   - with --k8s-only: what --k8s adds (Kubernetes, etcd, the registry, crane) and nothing else,
+#   - with --k8s-only: what --k8s adds (Kubernetes, etcd, the registry, crane, cosign) and nothing else,
 #     not even apt packages: test/test-all.sh runs it in the background
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
@@ -45,6 +46,7 @@ ETCD_VERSION=${NRI_SYSCTL_ETCD_VERSION:-v3.7.3}
 HELM_VERSION=${NRI_SYSCTL_HELM_VERSION:-v3.22.0}
 REGISTRY_VERSION=${NRI_SYSCTL_REGISTRY_VERSION:-v3.1.2}
 CRANE_VERSION=${NRI_SYSCTL_CRANE_VERSION:-v0.22.1}
+COSIGN_VERSION=${NRI_SYSCTL_COSIGN_VERSION:-v2.6.5}
 BUILD_TAGS="no_btrfs no_devmapper no_zfs"
 # Test tools carry no symbol table or DWARF: linking containerd's three
 # binaries took 7.8 s with them and 3.0 s without, on each of six lines.
@@ -213,6 +215,19 @@ build_crane() {
 	"$dir/bin/crane" version
 }
 
+# cosign, too, reports its version with a subcommand.
+build_cosign() {
+	local dir="$CACHE/cosign-$COSIGN_VERSION" tmp
+	mkdir -p "$dir/bin"
+	tmp=$(mktemp -d "$CACHE/.build-cosign.XXXXXX")
+	TMPDIRS+=("$tmp")
+	GOBIN="$tmp" CGO_ENABLED=0 go install -ldflags "$STRIP" "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION" </dev/null
+	mv -f "$tmp/cosign" "$dir/bin/cosign.new"
+	mv -f "$dir/bin/cosign.new" "$dir/bin/cosign"
+	rm -rf "$tmp"
+	"$dir/bin/cosign" version | grep GitVersion
+}
+
 # runc's nsenter is C: built with cgo, without seccomp (no libseccomp needed).
 build_userns_runc() {
 	go_install_tool "$CACHE/runc-$USERNS_RUNC_VERSION" runc "github.com/opencontainers/runc@$USERNS_RUNC_VERSION" CGO_ENABLED=1
@@ -345,6 +360,11 @@ setup_k8s() {
 	else
 		step "build crane $CRANE_VERSION" build_crane
 	fi
+	if [[ -x $CACHE/cosign-$COSIGN_VERSION/bin/cosign ]]; then
+		log "cosign $COSIGN_VERSION: reusing $CACHE/cosign-$COSIGN_VERSION/bin/cosign"
+	else
+		step "build cosign $COSIGN_VERSION" build_cosign
+	fi
 }
 
 total_start=$(date +%s)
@@ -352,7 +372,7 @@ mkdir -p "$CACHE"
 
 if [[ -n $K8S_ONLY ]]; then
 	setup_k8s
-	log "all done in $(($(date +%s) - total_start))s (Kubernetes, etcd, the registry and crane only); cache: $CACHE"
+	log "all done in $(($(date +%s) - total_start))s (Kubernetes, etcd, the registry, crane and cosign only); cache: $CACHE"
 	exit 0
 fi
 

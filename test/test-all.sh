@@ -2,7 +2,7 @@
 # Copyright The nri-sysctl Authors.
 # SPDX-License-Identifier: Apache-2.0
 # make test-all: the make targets in FIRST, then those in LAST, in order,
-# with Kubernetes and etcd (what make e2e-k8s needs, test/setup.sh
+# with Kubernetes, etcd, the registry, crane and cosign (what make e2e-k8s needs, test/setup.sh
 # --k8s-only) building in the background from the start at the lowest CPU
 # priority (nice 19, its autogroup too). That build is the longest step of a cold run and
 # needs nothing FIRST makes; at nice 19 it yields to the targets in FIRST
@@ -98,7 +98,7 @@ build_log=$(mktemp -t nri-sysctl-k8s-build.XXXXXX)
 setsid sh -c 'echo 19 2>/dev/null >/proc/self/autogroup || true; exec nice -n 19 "$@"' sh \
 	"${build_cmd[@]}" >"$build_log" 2>&1 </dev/null &
 build_pid=$!
-echo "=== Kubernetes and etcd: building in the background (pid $build_pid, nice 19)"
+echo "=== Kubernetes, etcd, the registry, crane and cosign: building in the background (pid $build_pid, nice 19)"
 
 first_rc=0
 run_make "${first[@]}" || first_rc=$?

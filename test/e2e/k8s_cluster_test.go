@@ -49,9 +49,11 @@ func k8sBinaries(cache string) (map[string]string, error) {
 	bins := map[string]string{
 		"etcd": filepath.Join(cache, "etcd-"+envOr("NRI_SYSCTL_ETCD_VERSION", defaultEtcdVersion), "bin", "etcd"),
 		"helm": filepath.Join(cache, "helm-"+envOr("NRI_SYSCTL_HELM_VERSION", defaultHelmVersion), "bin", "helm"),
-		// The two-node test's registry, and crane, which pushes to it.
+		// The two-node test's registry, crane, which pushes to it, and
+		// cosign, which signs there and verifies.
 		"registry": filepath.Join(cache, "registry-"+envOr("NRI_SYSCTL_REGISTRY_VERSION", defaultRegistryVersion), "bin", "registry"),
 		"crane":    filepath.Join(cache, "crane-"+envOr("NRI_SYSCTL_CRANE_VERSION", defaultCraneVersion), "bin", "crane"),
+		"cosign":   filepath.Join(cache, "cosign-"+envOr("NRI_SYSCTL_COSIGN_VERSION", defaultCosignVersion), "bin", "cosign"),
 	}
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
 		bins[name] = filepath.Join(cache, "kubernetes-"+k8s, "bin", name)

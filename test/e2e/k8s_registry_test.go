@@ -21,17 +21,19 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
-const defaultRegistryVersion, defaultCraneVersion = "v3.1.2", "v0.22.1"
+const defaultRegistryVersion, defaultCraneVersion, defaultCosignVersion = "v3.1.2", "v0.22.1", "v2.6.5"
 
 // localRegistry is one storage directory served by one or more registry
 // processes, each on its own loopback port.
 type localRegistry struct {
 	bin, root, logDir string
 	addr              string // the first process's host:port: the image's and the chart's
+	config            string // the first process's configuration
 	// stopAtEnd is the test's Cleanup, not a subtest's: every process
 	// serves until the test ends, whichever subtest started it.
 	stopAtEnd func(func())
@@ -43,7 +45,7 @@ func startRegistry(t *testing.T, k *k8sCluster) *localRegistry {
 	t.Helper()
 	r := &localRegistry{bin: k.bins["registry"], root: filepath.Join(k.dir, "registry"), logDir: k.logDir, stopAtEnd: t.Cleanup}
 	r.addr = loopbackAddr(t)
-	r.serve(t, k, "registry", r.addr)
+	r.config = r.serve(t, k, "registry", r.addr)
 	return r
 }
 
@@ -58,8 +60,8 @@ func loopbackAddr(t *testing.T) string {
 }
 
 // serve starts a registry process for the storage on addr, and returns
-// once it answers the distribution API's base endpoint.
-func (r *localRegistry) serve(t *testing.T, k *k8sCluster, name, addr string) {
+// its configuration once it answers the distribution API's base endpoint.
+func (r *localRegistry) serve(t *testing.T, k *k8sCluster, name, addr string) string {
 	t.Helper()
 	config := filepath.Join(k.dir, name+".yml")
 	// delete: the upgrade subtest retags; a fixed secret, since two
@@ -81,23 +83,74 @@ func (r *localRegistry) serve(t *testing.T, k *k8sCluster, name, addr string) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
+	return config
 }
 
-// publish runs make publish's script against the registry, as a release
-// would: the image archive's whole index to addr/nri-sysctl:tag, the
-// chart to oci://addr/charts. It returns helm's arguments that name the
-// chart there.
-func (r *localRegistry) publish(t *testing.T, h helmRun, archive, chart, tag string) []string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(h.k.c.repoRoot, "hack", "publish.sh"), r.addr, tag, archive, chart, h.k.bins["crane"], h.k.bins["helm"], "--plain-http")
-	cmd.Env = append(h.env(), "HOME="+h.home) // crane's (empty) docker config
+// loopbackOnly is a shell script that runs its arguments in the network
+// namespace unshare made, with only loopback in it, beside a registry
+// process serving the same storage on the same address: what runs there
+// reaches that registry and nothing else (not this machine's other
+// addresses, not the internet). The script is PID 1 of its own PID
+// namespace, so that the registry ends when it does. (Its variables are
+// not named REGISTRY_*: the registry reads those as its configuration.)
+const loopbackOnly = `set -e
+ip link set lo up
+[ "$(ip -o link | wc -l)" = 1 ] || { echo "more than loopback in the namespace: $(ip -o link)" >&2; exit 1; }
+"$LOOPBACK_REGISTRY" serve "$LOOPBACK_REGISTRY_CONFIG" >>"$LOOPBACK_REGISTRY_LOG" 2>&1 &
+i=0
+until "$LOOPBACK_CRANE" catalog --insecure "$LOOPBACK_REGISTRY_ADDR" >/dev/null 2>&1; do
+	i=$((i + 1)); [ $i -lt 100 ] || { echo "the registry did not answer in the namespace" >&2; exit 1; }
+	sleep 0.1
+done
+"$@"`
+
+// inLoopbackNetns runs argv with env added, as loopbackOnly says.
+func (r *localRegistry) inLoopbackNetns(k *k8sCluster, env []string, argv ...string) (string, error) {
+	cmd := exec.Command("unshare", append([]string{"--net", "--pid", "--fork", "--kill-child", "sh", "-c", loopbackOnly, "loopback-only"}, argv...)...)
+	cmd.Env = append(append(os.Environ(), "LOOPBACK_REGISTRY="+r.bin, "LOOPBACK_REGISTRY_CONFIG="+r.config, "LOOPBACK_REGISTRY_ADDR="+r.addr,
+		"LOOPBACK_REGISTRY_LOG="+filepath.Join(r.logDir, "registry-loopback-only.log"), "LOOPBACK_CRANE="+k.bins["crane"]), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("hack/publish.sh: %v\n%s", err, out)
+	return string(out), err
+}
+
+// cosignKeyPair makes a key pair for the test (no password) and returns
+// the private key's path and the public key's.
+func cosignKeyPair(t *testing.T, k *k8sCluster, name string) (string, string) {
+	t.Helper()
+	prefix := filepath.Join(k.dir, "cosign-"+name)
+	cmd := exec.Command(k.bins["cosign"], "generate-key-pair", "--output-key-prefix", prefix)
+	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
 	}
-	logf("published to %s: %s", r.addr, strings.TrimSpace(lastLine(string(out))))
+	return prefix + ".key", prefix + ".pub"
+}
+
+// publish runs make publish's script against the registry as a release
+// would, in a network namespace with only loopback: the image archive's
+// whole index to addr/nri-sysctl:tag and the chart to oci://addr/charts,
+// each signed with the key. It returns helm's arguments that name the
+// chart there, and the chart's version.
+func (r *localRegistry) publish(t *testing.T, h helmRun, archive, chart, tag, key string) ([]string, string) {
+	t.Helper()
+	env := append(h.ownEnv(), "HOME="+h.home, // crane's and cosign's (empty) configuration
+		"COSIGN="+h.k.bins["cosign"], "COSIGN_KEY="+key, "COSIGN_PASSWORD=")
+	out, err := r.inLoopbackNetns(h.k, env, filepath.Join(h.k.c.repoRoot, "hack", "publish.sh"),
+		r.addr, tag, archive, chart, h.k.bins["crane"], h.k.bins["helm"], "--plain-http")
+	if err != nil {
+		t.Fatalf("hack/publish.sh in a network namespace with only loopback: %v\n%s", err, out)
+	}
+	logf("published to %s with only loopback: %s", r.addr, strings.TrimSpace(lastLine(out)))
 	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(chart), "nri-sysctl-"), ".tgz")
-	return []string{"oci://" + r.addr + "/charts/nri-sysctl", "--version", version, "--plain-http"}
+	return []string{"oci://" + r.addr + "/charts/nri-sysctl", "--version", version, "--plain-http"}, version
+}
+
+// verify runs hack/verify-published.sh, as a user would before installing,
+// with the public key, in a network namespace with only loopback.
+func (r *localRegistry) verify(h helmRun, tag, chartVersion, pub string) (string, error) {
+	return r.inLoopbackNetns(h.k, []string{"HOME=" + h.home}, filepath.Join(h.k.c.repoRoot, "hack", "verify-published.sh"),
+		r.addr, tag, chartVersion, h.k.bins["cosign"], pub, "--plain-http")
 }
 
 // tag gives the image another tag in the registry (crane tag: no pull, no push).
@@ -170,4 +223,57 @@ func checkPulledImage(t *testing.T, node string, c *cluster, repo, tag, indexDig
 func lastLine(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+// checkSignedSums signs a release directory's SHA256SUMS (of the given
+// files) as make release does (hack/sign-sums.sh) and checks it as a user
+// would (hack/verify-sums.sh), both with only loopback: it must pass with
+// the key's public half, and fail with another key and after a file
+// changed.
+func (r *localRegistry) checkSignedSums(t *testing.T, h helmRun, key, pub, otherPub string, files ...string) {
+	t.Helper()
+	dir := filepath.Join(h.k.dir, "release")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sums := exec.Command("sh", "-c", "sha256sum -- * >SHA256SUMS")
+	sums.Dir = dir
+	if out, err := sums.CombinedOutput(); err != nil {
+		t.Fatalf("sha256sum: %v\n%s", err, out)
+	}
+	hack := filepath.Join(h.k.c.repoRoot, "hack")
+	if out, err := r.inLoopbackNetns(h.k, []string{"COSIGN_KEY=" + key, "COSIGN_PASSWORD=", "HOME=" + h.home}, filepath.Join(hack, "sign-sums.sh"), h.k.bins["cosign"], dir); err != nil {
+		t.Fatalf("hack/sign-sums.sh with only loopback: %v\n%s", err, out)
+	}
+	verify := func(key string) (string, error) {
+		return r.inLoopbackNetns(h.k, []string{"HOME=" + h.home}, filepath.Join(hack, "verify-sums.sh"), h.k.bins["cosign"], key, dir)
+	}
+	if out, err := verify(pub); err != nil {
+		t.Fatalf("hack/verify-sums.sh with the release's key: %v\n%s", err, out)
+	}
+	if out, err := verify(otherPub); err == nil || !strings.Contains(out, "its signature is not by") {
+		t.Fatalf("hack/verify-sums.sh with another key: want it refused, got %v\n%s", err, out)
+	}
+	changed := filepath.Join(dir, filepath.Base(files[len(files)-1]))
+	f, err := os.OpenFile(changed, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.Write([]byte{0})
+		f.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(pub); err == nil || !strings.Contains(out, "a file differs") {
+		t.Fatalf("hack/verify-sums.sh after %s changed: want it refused, got %v\n%s", changed, err, out)
+	}
+	logf("SHA256SUMS of %d files signed and verified with only loopback; another key and a changed file refused", len(files))
 }

@@ -108,18 +108,19 @@ type helmRun struct {
 	home string
 }
 
-// env is helm's environment: the cluster's kubeconfig, and the test's own
-// directories for helm's cache, configuration (its registry logins) and data.
-func (h helmRun) env() []string {
-	return append(os.Environ(), "KUBECONFIG="+h.k.admin,
-		"HELM_CACHE_HOME="+filepath.Join(h.home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(h.home, "config"), "HELM_DATA_HOME="+filepath.Join(h.home, "data"))
+// ownEnv is what helm's environment adds to the test's: the cluster's
+// kubeconfig, and the test's own directories for helm's cache,
+// configuration (its registry logins) and data.
+func (h helmRun) ownEnv() []string {
+	return []string{"KUBECONFIG=" + h.k.admin,
+		"HELM_CACHE_HOME=" + filepath.Join(h.home, "cache"), "HELM_CONFIG_HOME=" + filepath.Join(h.home, "config"), "HELM_DATA_HOME=" + filepath.Join(h.home, "data")}
 }
 
 func (h helmRun) run(t *testing.T, args ...string) string {
 	t.Helper()
 	start := time.Now()
 	cmd := exec.Command(h.k.bins["helm"], args...)
-	cmd.Env = h.env()
+	cmd.Env = append(os.Environ(), h.ownEnv()...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -364,7 +364,27 @@ func TestK8sTwoNodes(t *testing.T) {
 	// storage) that is down until later: its plugin cannot start, and so
 	// cannot be ready, until then.
 	reg := startRegistry(t, k)
-	chartRef := reg.publish(t, h, archive, chart, tag)
+	releaseKey, releasePub := cosignKeyPair(t, k, "release")
+	_, otherPub := cosignKeyPair(t, k, "other")
+	chartRef, chartVersion := reg.publish(t, h, archive, chart, tag, releaseKey)
+	// Verified before installing, as a user would: with the release's
+	// key, both signatures; with another key, neither.
+	if out, err := reg.verify(h, tag, chartVersion, releasePub); err != nil {
+		t.Fatalf("hack/verify-published.sh with the release's key: %v\n%s", err, out)
+	} else {
+		var said []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "verify-published: ") {
+				said = append(said, line)
+			}
+		}
+		logf("verified with only loopback: %s", strings.Join(said, "; "))
+	}
+	if out, err := reg.verify(h, tag, chartVersion, otherPub); err == nil || !strings.Contains(out, "no signature by "+otherPub) {
+		t.Fatalf("hack/verify-published.sh with another key: want it refused (no signature by %s), got %v\n%s", otherPub, err, out)
+	}
+	// The release directory's SHA256SUMS, signed as make release signs it.
+	reg.checkSignedSums(t, h, releaseKey, releasePub, otherPub, archive, chart)
 	regRepo := reg.addr + "/nri-sysctl"
 	indexDigest := reg.indexDigest(t, k, "nri-sysctl:"+tag)
 	node2Path := loopbackAddr(t)
