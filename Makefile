@@ -161,18 +161,19 @@ release: image packages chart notices $(if $(COSIGN_KEY),$(COSIGN))
 ## docs/releasing.md). Log in first (crane auth login, helm registry
 ## login); PLAIN_HTTP=1 for a registry without TLS; COSIGN_KEY=cosign.key
 ## (COSIGN_PASSWORD its password) signs both there with that key, and
-## nothing goes to a transparency log. make e2e-k8s's two-node test
+## attaches each architecture's SBOM to its platform's image as a signed
+## attestation; nothing goes to a transparency log. make e2e-k8s's two-node test
 ## publishes to its local registry with the same script.
 ## verify-published: what a user runs before installing: both signatures,
 ## checked with COSIGN_PUB (hack/verify-published.sh).
 HELM ?= helm
-publish: image chart $(CRANE) $(if $(COSIGN_KEY),$(COSIGN))
+publish: image chart $(CRANE) $(if $(COSIGN_KEY),$(COSIGN) notices-make)
 	@test -n '$(REGISTRY)' || { echo 'make publish: REGISTRY=host[:port][/path] is required' >&2; exit 2; }
-	$(if $(COSIGN_KEY),COSIGN_KEY='$(COSIGN_KEY)' COSIGN=$(COSIGN)) hack/publish.sh '$(REGISTRY)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(CRANE) $(HELM) $(if $(PLAIN_HTTP),--plain-http)
+	$(if $(COSIGN_KEY),COSIGN_KEY='$(COSIGN_KEY)' COSIGN=$(COSIGN) SBOM_DIR=bin/sbom) hack/publish.sh '$(REGISTRY)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(CRANE) $(HELM) $(if $(PLAIN_HTTP),--plain-http)
 
-verify-published: $(COSIGN)
+verify-published: $(COSIGN) $(CRANE)
 	@test -n '$(REGISTRY)' -a -n '$(COSIGN_PUB)' || { echo 'make verify-published: REGISTRY=host[:port][/path] and COSIGN_PUB=cosign.pub are required' >&2; exit 2; }
-	hack/verify-published.sh '$(REGISTRY)' '$(OCI_TAG)' '$(CHART_VERSION)' $(COSIGN) '$(COSIGN_PUB)' $(if $(PLAIN_HTTP),--plain-http)
+	hack/verify-published.sh '$(REGISTRY)' '$(OCI_TAG)' '$(CHART_VERSION)' $(COSIGN) $(CRANE) '$(COSIGN_PUB)' $(if $(PLAIN_HTTP),--plain-http)
 
 $(COSIGN):
 	mkdir -p $(dir $@)
@@ -296,7 +297,8 @@ e2e: build
 
 ## e2e-k8s: the chart on Kubernetes v1.37.2 (etcd, API server, controller
 ## manager, scheduler, kubelets; built by test/setup.sh --k8s); the image
-## from make image, the chart from make chart (the .tgz; root). Two stages:
+## from make image, the chart from make chart (the .tgz; root), the SBOMs
+## from make notices-make (the two-node stage attaches them). Two stages:
 ##  - TestK8sFleet: a single node on the harness's containerd, one run per
 ##    E2E_K8S_CONTAINERD_VERSIONS (2.4.2: the chart's spec mode; before
 ##    2.3: its auto mode, and the plugin chooses namespace mode);
@@ -308,7 +310,7 @@ e2e: build
 ## Namespace mode on 2.1.9 under Kubernetes: E2E_K8S_CONTAINERD_VERSIONS="v2.4.2 v2.1.9".
 E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2
 E2E_K8S_TWO_NODES ?= v2.4.2 v2.2.9
-e2e-k8s: image
+e2e-k8s: image notices-make
 	test/setup.sh --k8s $(sort $(E2E_K8S_CONTAINERD_VERSIONS) $(E2E_K8S_TWO_NODES))
 	$(MAKE) --no-print-directory chart
 	@for v in $(E2E_K8S_CONTAINERD_VERSIONS); do \

@@ -13,6 +13,11 @@
 # (cosign's tag scheme), and nothing sent anywhere else: no transparency-log
 # upload, no signing config fetched (docs/releasing.md says how a real
 # release would sign, and hack/verify-published.sh how a user verifies).
+# With SBOM_DIR too (where make notices-make writes
+# nri-sysctl-linux-<arch>.cdx.json), it attaches each architecture's SBOM
+# to that platform's image in the index, as a signed CycloneDX attestation
+# (cosign attest --type cyclonedx; stored by cosign's tag scheme, since a
+# registry may have no referrers API).
 #
 # Usage: hack/publish.sh REGISTRY OCI_TAG IMAGE_TAR CHART_TGZ CRANE HELM [--plain-http]
 # (the Makefile passes them; make e2e-k8s's two-node test runs it against
@@ -39,6 +44,13 @@ fi
 if [[ -n ${COSIGN_KEY:-} ]]; then
 	[[ -f $COSIGN_KEY ]] || fail "COSIGN_KEY=$COSIGN_KEY: no such file"
 	[[ -x ${COSIGN:-} ]] || fail "COSIGN=${COSIGN:-}: want the cosign binary to sign with COSIGN_KEY"
+fi
+arches=(amd64 arm64)
+if [[ -n ${SBOM_DIR:-} ]]; then
+	[[ -n ${COSIGN_KEY:-} ]] || fail "SBOM_DIR: the SBOMs are attached as signed attestations, which needs COSIGN_KEY"
+	for arch in "${arches[@]}"; do
+		[[ -f $SBOM_DIR/nri-sysctl-linux-$arch.cdx.json ]] || fail "$SBOM_DIR/nri-sysctl-linux-$arch.cdx.json is missing (make notices-make writes it)"
+	done
 fi
 
 layout=$(mktemp -d -t nri-sysctl-publish.XXXXXX)
@@ -67,6 +79,14 @@ if [[ -n ${COSIGN_KEY:-} ]]; then
 		"$COSIGN" sign --yes --key "$COSIGN_KEY" --tlog-upload=false "${cosign_flags[@]}" "$ref"
 	done
 	echo "make publish: signed the image and the chart with $COSIGN_KEY"
+fi
+if [[ -n ${SBOM_DIR:-} ]]; then
+	for arch in "${arches[@]}"; do
+		platform_digest=$("$crane" digest "${crane_flags[@]}" --platform "linux/$arch" "$image")
+		"$COSIGN" attest --yes --key "$COSIGN_KEY" --tlog-upload=false "${cosign_flags[@]}" --type cyclonedx \
+			--predicate "$SBOM_DIR/nri-sysctl-linux-$arch.cdx.json" "$registry/nri-sysctl@$platform_digest"
+	done
+	echo "make publish: attached the SBOM of ${arches[*]} to each platform's image, signed with $COSIGN_KEY"
 fi
 
 echo "make publish: the image $image ($want, linux/amd64 and linux/arm64) and the chart oci://$registry/charts/nri-sysctl $chart_version"

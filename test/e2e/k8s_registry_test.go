@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -135,7 +136,7 @@ func cosignKeyPair(t *testing.T, k *k8sCluster, name string) (string, string) {
 func (r *localRegistry) publish(t *testing.T, h helmRun, archive, chart, tag, key string) ([]string, string) {
 	t.Helper()
 	env := append(h.ownEnv(), "HOME="+h.home, // crane's and cosign's (empty) configuration
-		"COSIGN="+h.k.bins["cosign"], "COSIGN_KEY="+key, "COSIGN_PASSWORD=")
+		"COSIGN="+h.k.bins["cosign"], "COSIGN_KEY="+key, "COSIGN_PASSWORD=", "SBOM_DIR="+sbomDir(h.k))
 	out, err := r.inLoopbackNetns(h.k, env, filepath.Join(h.k.c.repoRoot, "hack", "publish.sh"),
 		r.addr, tag, archive, chart, h.k.bins["crane"], h.k.bins["helm"], "--plain-http")
 	if err != nil {
@@ -146,11 +147,60 @@ func (r *localRegistry) publish(t *testing.T, h helmRun, archive, chart, tag, ke
 	return []string{"oci://" + r.addr + "/charts/nri-sysctl", "--version", version, "--plain-http"}, version
 }
 
+// sbomDir is where make notices-make wrote each architecture's SBOM.
+func sbomDir(k *k8sCluster) string { return filepath.Join(k.c.repoRoot, "bin", "sbom") }
+
 // verify runs hack/verify-published.sh, as a user would before installing,
-// with the public key, in a network namespace with only loopback.
-func (r *localRegistry) verify(h helmRun, tag, chartVersion, pub string) (string, error) {
-	return r.inLoopbackNetns(h.k, []string{"HOME=" + h.home}, filepath.Join(h.k.c.repoRoot, "hack", "verify-published.sh"),
-		r.addr, tag, chartVersion, h.k.bins["cosign"], pub, "--plain-http")
+// with the public key, in a network namespace with only loopback; the
+// statements of the SBOM attestations it verified go to sbomOut.
+func (r *localRegistry) verify(h helmRun, tag, chartVersion, pub, sbomOut string) (string, error) {
+	return r.inLoopbackNetns(h.k, []string{"HOME=" + h.home, "SBOM_OUT=" + sbomOut}, filepath.Join(h.k.c.repoRoot, "hack", "verify-published.sh"),
+		r.addr, tag, chartVersion, h.k.bins["cosign"], h.k.bins["crane"], pub, "--plain-http")
+}
+
+// checkAttestedSBOMs compares each platform's verified SBOM attestation
+// (its in-toto statement, in dir) with the SBOM make notices-make wrote
+// for that architecture's binary: the same document, about that
+// platform's image in the index.
+func (r *localRegistry) checkAttestedSBOMs(t *testing.T, k *k8sCluster, tag, dir string) {
+	t.Helper()
+	for _, arch := range []string{"amd64", "arm64"} {
+		name := "nri-sysctl-linux-" + arch
+		var statement struct {
+			PredicateType string `json:"predicateType"`
+			Subject       []struct {
+				Digest map[string]string `json:"digest"`
+			} `json:"subject"`
+			Predicate any `json:"predicate"`
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name+".intoto.json"))
+		if err == nil {
+			err = json.Unmarshal(data, &statement)
+		}
+		if err != nil {
+			t.Fatalf("the attested SBOM of linux/%s: %v\n%s", arch, err, data)
+		}
+		var built any
+		data, err = os.ReadFile(filepath.Join(sbomDir(k), name+".cdx.json"))
+		if err == nil {
+			err = json.Unmarshal(data, &built)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(k.bins["crane"], "digest", "--insecure", "--platform", "linux/"+arch, r.addr+"/nri-sysctl:"+tag).Output()
+		if err != nil {
+			t.Fatalf("crane digest --platform linux/%s: %v", arch, err)
+		}
+		platform := strings.TrimSpace(string(out))
+		if len(statement.Subject) != 1 || "sha256:"+statement.Subject[0].Digest["sha256"] != platform {
+			t.Errorf("linux/%s: the SBOM attestation's subject is %+v, want the platform's image %s", arch, statement.Subject, platform)
+		}
+		if !strings.Contains(statement.PredicateType, "cyclonedx") || !reflect.DeepEqual(statement.Predicate, built) {
+			t.Errorf("linux/%s: the attested SBOM (%s) is not %s/%s.cdx.json", arch, statement.PredicateType, sbomDir(k), name)
+		}
+	}
+	logf("each platform's image has its architecture's SBOM attached, signed, the same as bin/sbom's")
 }
 
 // tag gives the image another tag in the registry (crane tag: no pull, no push).

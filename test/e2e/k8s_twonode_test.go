@@ -369,7 +369,8 @@ func TestK8sTwoNodes(t *testing.T) {
 	chartRef, chartVersion := reg.publish(t, h, archive, chart, tag, releaseKey)
 	// Verified before installing, as a user would: with the release's
 	// key, both signatures; with another key, neither.
-	if out, err := reg.verify(h, tag, chartVersion, releasePub); err != nil {
+	attested := filepath.Join(k.dir, "sbom-attested")
+	if out, err := reg.verify(h, tag, chartVersion, releasePub, attested); err != nil {
 		t.Fatalf("hack/verify-published.sh with the release's key: %v\n%s", err, out)
 	} else {
 		var said []string
@@ -380,7 +381,8 @@ func TestK8sTwoNodes(t *testing.T) {
 		}
 		logf("verified with only loopback: %s", strings.Join(said, "; "))
 	}
-	if out, err := reg.verify(h, tag, chartVersion, otherPub); err == nil || !strings.Contains(out, "no signature by "+otherPub) {
+	reg.checkAttestedSBOMs(t, k, tag, attested)
+	if out, err := reg.verify(h, tag, chartVersion, otherPub, filepath.Join(k.dir, "sbom-other")); err == nil || !strings.Contains(out, "no signature by "+otherPub) {
 		t.Fatalf("hack/verify-published.sh with another key: want it refused (no signature by %s), got %v\n%s", otherPub, err, out)
 	}
 	// The release directory's SHA256SUMS, signed as make release signs it.
