@@ -166,7 +166,6 @@ release: image packages chart notices $(if $(COSIGN_KEY),$(COSIGN))
 ## publishes to its local registry with the same script.
 ## verify-published: what a user runs before installing: both signatures,
 ## checked with COSIGN_PUB (hack/verify-published.sh).
-HELM ?= helm
 publish: image chart $(CRANE) $(if $(COSIGN_KEY),$(COSIGN) notices-make)
 	@test -n '$(REGISTRY)' || { echo 'make publish: REGISTRY=host[:port][/path] is required' >&2; exit 2; }
 	$(if $(COSIGN_KEY),COSIGN_KEY='$(COSIGN_KEY)' COSIGN=$(COSIGN) SBOM_DIR=bin/sbom) hack/publish.sh '$(REGISTRY)' '$(OCI_TAG)' $(IMAGE_TAR) $(CHART_TGZ) $(CRANE) $(HELM) $(if $(PLAIN_HTTP),--plain-http)
@@ -323,7 +322,8 @@ e2e-k8s: image notices-make
 		$(GO) test -count=1 -timeout 30m -v -run '^TestK8sTwoNodes$$' ./test/e2e/
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root):
-## these targets in this order, with Kubernetes and etcd for e2e-k8s built
+## these targets in this order, with Kubernetes, etcd, the registry, crane
+## and cosign for e2e-k8s built
 ## in the background meanwhile, at nice 19 (test/test-all.sh says why;
 ## exec, so that a SIGTERM to make reaches it).
 TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint reproduce e2e

@@ -10,14 +10,16 @@
 # With COSIGN_KEY (a cosign private key; COSIGN_PASSWORD its password) and
 # COSIGN (the binary), it then signs the image index and the chart by
 # digest with that key, the signatures stored beside them in the registry
-# (cosign's tag scheme), and nothing sent anywhere else: no transparency-log
-# upload, no signing config fetched (docs/releasing.md says how a real
-# release would sign, and hack/verify-published.sh how a user verifies).
+# (cosign's tag scheme), with no transparency-log upload and no signing
+# config: it needs nothing but the registry (docs/releasing.md says how a
+# real release would sign, and hack/verify-published.sh how a user
+# verifies). COSIGN_KEY is a key file or a KMS URI (awskms://... and so on).
 # With SBOM_DIR too (where make notices-make writes
 # nri-sysctl-linux-<arch>.cdx.json), it attaches each architecture's SBOM
-# to that platform's image in the index, as a signed CycloneDX attestation
-# (cosign attest --type cyclonedx; stored by cosign's tag scheme, since a
-# registry may have no referrers API).
+# to that platform's image in the index (every platform the index holds),
+# as a signed CycloneDX attestation (cosign attest --type cyclonedx
+# --replace: publishing again leaves one; stored by cosign's tag scheme,
+# since a registry may have no referrers API).
 #
 # Usage: hack/publish.sh REGISTRY OCI_TAG IMAGE_TAR CHART_TGZ CRANE HELM [--plain-http]
 # (the Makefile passes them; make e2e-k8s's two-node test runs it against
@@ -42,16 +44,10 @@ if [[ -n $plain ]]; then
 	cosign_flags=(--allow-http-registry --allow-insecure-registry)
 fi
 if [[ -n ${COSIGN_KEY:-} ]]; then
-	[[ -f $COSIGN_KEY ]] || fail "COSIGN_KEY=$COSIGN_KEY: no such file"
+	[[ $COSIGN_KEY == *://* || -f $COSIGN_KEY ]] || fail "COSIGN_KEY=$COSIGN_KEY: no such file (or a KMS URI, scheme://...)"
 	[[ -x ${COSIGN:-} ]] || fail "COSIGN=${COSIGN:-}: want the cosign binary to sign with COSIGN_KEY"
 fi
-arches=(amd64 arm64)
-if [[ -n ${SBOM_DIR:-} ]]; then
-	[[ -n ${COSIGN_KEY:-} ]] || fail "SBOM_DIR: the SBOMs are attached as signed attestations, which needs COSIGN_KEY"
-	for arch in "${arches[@]}"; do
-		[[ -f $SBOM_DIR/nri-sysctl-linux-$arch.cdx.json ]] || fail "$SBOM_DIR/nri-sysctl-linux-$arch.cdx.json is missing (make notices-make writes it)"
-	done
-fi
+[[ -z ${SBOM_DIR:-} || -n ${COSIGN_KEY:-} ]] || fail "SBOM_DIR: the SBOMs are attached as signed attestations, which needs COSIGN_KEY"
 
 layout=$(mktemp -d -t nri-sysctl-publish.XXXXXX)
 trap 'rm -rf "$layout"' EXIT
@@ -61,6 +57,14 @@ tar -xf "$image_tar" -C "$layout"
 # that its digest in the registry is the archive's.
 want=$(sed -n 's/.*"digest": *"\(sha256:[0-9a-f]*\)".*/\1/p' "$layout/index.json")
 [[ $(wc -l <<<"$want") -eq 1 && -n $want ]] || fail "$image_tar: index.json names $(wc -l <<<"$want") descriptors, want the one image index (make image writes it)"
+# The platforms the index holds (make image's IMAGE_ARCHES).
+mapfile -t arches < <(grep -o '"architecture": *"[a-z0-9]*"' "$layout/blobs/sha256/${want#sha256:}" | sed 's/.*"\([a-z0-9]*\)"$/\1/')
+[[ ${#arches[@]} -gt 0 ]] || fail "$image_tar: its index names no platform"
+if [[ -n ${SBOM_DIR:-} ]]; then
+	for arch in "${arches[@]}"; do
+		[[ -f $SBOM_DIR/nri-sysctl-linux-$arch.cdx.json ]] || fail "$SBOM_DIR/nri-sysctl-linux-$arch.cdx.json is missing (make notices-make writes it)"
+	done
+fi
 
 image="$registry/nri-sysctl:$tag"
 "$crane" push "${crane_flags[@]}" "$layout" "$image"
@@ -73,8 +77,10 @@ chart_version=$(tar -xOzf "$chart_tgz" nri-sysctl/Chart.yaml | sed -n 's/^versio
 	fail "the chart $chart_version cannot be read back from oci://$registry/charts/nri-sysctl"
 
 chart_ref="$registry/charts/nri-sysctl"
+# helm pushes a version with build metadata (1.2.3+x) under the tag 1.2.3_x.
+chart_tag=${chart_version//+/_}
 if [[ -n ${COSIGN_KEY:-} ]]; then
-	chart_digest=$("$crane" digest "${crane_flags[@]}" "$chart_ref:$chart_version")
+	chart_digest=$("$crane" digest "${crane_flags[@]}" "$chart_ref:$chart_tag")
 	for ref in "$registry/nri-sysctl@$want" "$chart_ref@$chart_digest"; do
 		"$COSIGN" sign --yes --key "$COSIGN_KEY" --tlog-upload=false "${cosign_flags[@]}" "$ref"
 	done
@@ -83,10 +89,10 @@ fi
 if [[ -n ${SBOM_DIR:-} ]]; then
 	for arch in "${arches[@]}"; do
 		platform_digest=$("$crane" digest "${crane_flags[@]}" --platform "linux/$arch" "$image")
-		"$COSIGN" attest --yes --key "$COSIGN_KEY" --tlog-upload=false "${cosign_flags[@]}" --type cyclonedx \
+		"$COSIGN" attest --yes --replace --key "$COSIGN_KEY" --tlog-upload=false "${cosign_flags[@]}" --type cyclonedx \
 			--predicate "$SBOM_DIR/nri-sysctl-linux-$arch.cdx.json" "$registry/nri-sysctl@$platform_digest"
 	done
 	echo "make publish: attached the SBOM of ${arches[*]} to each platform's image, signed with $COSIGN_KEY"
 fi
 
-echo "make publish: the image $image ($want, linux/amd64 and linux/arm64) and the chart oci://$registry/charts/nri-sysctl $chart_version"
+echo "make publish: the image $image ($want, ${arches[*]/#/linux/}) and the chart oci://$registry/charts/nri-sysctl $chart_version"

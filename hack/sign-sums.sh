@@ -14,7 +14,7 @@ set -euo pipefail
 [[ $# -eq 2 ]] || { echo "usage: COSIGN_KEY=cosign.key $0 COSIGN DIR" >&2; exit 2; }
 cosign=$1 dir=$2
 fail() { echo "sign-sums: $*" >&2; exit 1; }
-[[ -f ${COSIGN_KEY:-} ]] || fail "COSIGN_KEY=${COSIGN_KEY:-}: want a cosign private key"
+[[ ${COSIGN_KEY:-} == *://* || -f ${COSIGN_KEY:-} ]] || fail "COSIGN_KEY=${COSIGN_KEY:-}: want a cosign private key (a file, or a KMS URI, scheme://...)"
 [[ -f $dir/SHA256SUMS ]] || fail "$dir/SHA256SUMS is missing (make release writes it)"
 
 "$cosign" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false --output-signature "$dir/SHA256SUMS.sig" "$dir/SHA256SUMS" >/dev/null

@@ -12,7 +12,7 @@ set -euo pipefail
 cosign=$1 key=$2 dir=$3
 fail() { echo "verify-sums: $*" >&2; exit 1; }
 [[ -f $dir/SHA256SUMS.sig ]] || fail "$dir/SHA256SUMS.sig is missing: the release is not signed"
-"$cosign" verify-blob --key "$key" --insecure-ignore-tlog=true --signature "$dir/SHA256SUMS.sig" "$dir/SHA256SUMS" >/dev/null 2>&1 ||
-	fail "$dir/SHA256SUMS: its signature is not by $key"
+"$cosign" verify-blob --key "$key" --insecure-ignore-tlog=true --signature "$dir/SHA256SUMS.sig" "$dir/SHA256SUMS" >/dev/null ||
+	fail "$dir/SHA256SUMS: its signature is not by $key (cosign's reason above)"
 (cd "$dir" && sha256sum --quiet -c SHA256SUMS) || fail "$dir: a file differs from SHA256SUMS"
 echo "verify-sums: $dir/SHA256SUMS is signed by $key, and every file matches it"

@@ -13,8 +13,10 @@ package e2e
 // its own hosts directory (registryHostsDir), as a node admin would write.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,6 +52,29 @@ func startRegistry(t *testing.T, k *k8sCluster) *localRegistry {
 	return r
 }
 
+// refusingListener holds a loopback port for a registry process that starts
+// later: until it is closed, it accepts each connection and closes it at
+// once, so that a pull fails fast, as from a registry that is down, and
+// no other socket takes the port meanwhile.
+func refusingListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l
+}
+
 // loopbackAddr is a free port on 127.0.0.1, as host:port.
 func loopbackAddr(t *testing.T) string {
 	t.Helper()
@@ -65,9 +90,8 @@ func loopbackAddr(t *testing.T) string {
 func (r *localRegistry) serve(t *testing.T, k *k8sCluster, name, addr string) string {
 	t.Helper()
 	config := filepath.Join(k.dir, name+".yml")
-	// delete: the upgrade subtest retags; a fixed secret, since two
-	// processes share the storage.
-	yml := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n  secret: nri-sysctl-e2e\n", r.root, addr)
+	// A fixed secret, since two processes share the storage.
+	yml := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n  secret: nri-sysctl-e2e\n", r.root, addr)
 	if err := os.WriteFile(config, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +120,7 @@ func (r *localRegistry) serve(t *testing.T, k *k8sCluster, name, addr string) st
 // not named REGISTRY_*: the registry reads those as its configuration.)
 const loopbackOnly = `set -e
 ip link set lo up
-[ "$(ip -o link | wc -l)" = 1 ] || { echo "more than loopback in the namespace: $(ip -o link)" >&2; exit 1; }
+[ "$(ip -o link show up | wc -l)" = 1 ] || { echo "more than loopback up in the namespace: $(ip -o link show up)" >&2; exit 1; }
 "$LOOPBACK_REGISTRY" serve "$LOOPBACK_REGISTRY_CONFIG" >>"$LOOPBACK_REGISTRY_LOG" 2>&1 &
 i=0
 until "$LOOPBACK_CRANE" catalog --insecure "$LOOPBACK_REGISTRY_ADDR" >/dev/null 2>&1; do
@@ -105,11 +129,16 @@ until "$LOOPBACK_CRANE" catalog --insecure "$LOOPBACK_REGISTRY_ADDR" >/dev/null 
 done
 "$@"`
 
-// inLoopbackNetns runs argv with env added, as loopbackOnly says.
+// inLoopbackNetns runs argv with env added, as loopbackOnly says, for at
+// most five minutes. Its temporary files go below the cluster's directory,
+// which the test removes: a killed script's trap does not run.
 func (r *localRegistry) inLoopbackNetns(k *k8sCluster, env []string, argv ...string) (string, error) {
-	cmd := exec.Command("unshare", append([]string{"--net", "--pid", "--fork", "--kill-child", "sh", "-c", loopbackOnly, "loopback-only"}, argv...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", append([]string{"--net", "--pid", "--fork", "--kill-child", "sh", "-c", loopbackOnly, "loopback-only"}, argv...)...)
 	cmd.Env = append(append(os.Environ(), "LOOPBACK_REGISTRY="+r.bin, "LOOPBACK_REGISTRY_CONFIG="+r.config, "LOOPBACK_REGISTRY_ADDR="+r.addr,
-		"LOOPBACK_REGISTRY_LOG="+filepath.Join(r.logDir, "registry-loopback-only.log"), "LOOPBACK_CRANE="+k.bins["crane"]), env...)
+		"LOOPBACK_REGISTRY_LOG="+filepath.Join(r.logDir, "registry-loopback-only.log"), "LOOPBACK_CRANE="+k.bins["crane"],
+		"TMPDIR="+k.dir), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
