@@ -180,7 +180,8 @@ build_containerd() {
 
 # go_install_tool DIR BINARY PACKAGE@VERSION [ENV...]: go install into a
 # temp dir, then move into DIR/bin, so a killed build never leaves half a
-# binary behind.
+# binary behind. TOOL_VERSION_ARG is how the tool prints its version
+# (--version, or a subcommand for crane and cosign).
 go_install_tool() {
 	local dir=$1 name=$2 pkg=$3 tmp
 	shift 3
@@ -191,41 +192,25 @@ go_install_tool() {
 	mv -f "$tmp/$name" "$dir/bin/$name.new"
 	mv -f "$dir/bin/$name.new" "$dir/bin/$name"
 	rm -rf "$tmp"
-	"$dir/bin/$name" --version | sed -n 1p # not head: its early exit is SIGPIPE under pipefail
+	# The first line naming a version; awk reads to the end, since an early
+	# exit (head) is SIGPIPE under pipefail, and the tool's own status counts.
+	"$dir/bin/$name" "${TOOL_VERSION_ARG:---version}" | awk 'NF && first == "" { first = $0 } /[0-9]+\.[0-9]+\.[0-9]+/ && !n++ { print } END { if (!n) print first }'
 }
 
 build_crictl() {
 	go_install_tool "$CACHE/crictl-$CRICTL_VERSION" crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 }
 
-# The registry and crane, for make e2e-k8s's two-node test (and crane for
-# make publish). crane reports its version with a subcommand, not a flag.
+# The registry, crane and cosign, for make e2e-k8s's two-node test (and
+# make publish).
 build_registry() {
 	go_install_tool "$CACHE/registry-$REGISTRY_VERSION" registry "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" CGO_ENABLED=0
 }
 build_crane() {
-	local dir="$CACHE/crane-$CRANE_VERSION" tmp
-	mkdir -p "$dir/bin"
-	tmp=$(mktemp -d "$CACHE/.build-crane.XXXXXX")
-	TMPDIRS+=("$tmp")
-	GOBIN="$tmp" CGO_ENABLED=0 go install -ldflags "$STRIP" "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" </dev/null
-	mv -f "$tmp/crane" "$dir/bin/crane.new"
-	mv -f "$dir/bin/crane.new" "$dir/bin/crane"
-	rm -rf "$tmp"
-	"$dir/bin/crane" version
+	TOOL_VERSION_ARG=version go_install_tool "$CACHE/crane-$CRANE_VERSION" crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" CGO_ENABLED=0
 }
-
-# cosign, too, reports its version with a subcommand.
 build_cosign() {
-	local dir="$CACHE/cosign-$COSIGN_VERSION" tmp
-	mkdir -p "$dir/bin"
-	tmp=$(mktemp -d "$CACHE/.build-cosign.XXXXXX")
-	TMPDIRS+=("$tmp")
-	GOBIN="$tmp" CGO_ENABLED=0 go install -ldflags "$STRIP" "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION" </dev/null
-	mv -f "$tmp/cosign" "$dir/bin/cosign.new"
-	mv -f "$dir/bin/cosign.new" "$dir/bin/cosign"
-	rm -rf "$tmp"
-	"$dir/bin/cosign" version | grep GitVersion
+	TOOL_VERSION_ARG=version go_install_tool "$CACHE/cosign-$COSIGN_VERSION" cosign "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION" CGO_ENABLED=0
 }
 
 # runc's nsenter is C: built with cgo, without seccomp (no libseccomp needed).
@@ -327,6 +312,16 @@ build_helm() {
 	"$dir/bin/helm" version --short
 }
 
+# reuse_or_build WHAT BINARY FUNCTION: the step FUNCTION ("build WHAT"),
+# unless BINARY is already there.
+reuse_or_build() {
+	if [[ -x $2 ]]; then
+		log "$1: reusing $2"
+	else
+		step "build $1" "$3"
+	fi
+}
+
 # setup_kubernetes NAME...: the named Kubernetes commands, each only when missing.
 setup_kubernetes() {
 	local bin="$CACHE/kubernetes-$K8S_VERSION/bin" name want=()
@@ -345,26 +340,10 @@ setup_kubernetes() {
 # setup_k8s: what make e2e-k8s needs, each part only when missing.
 setup_k8s() {
 	setup_kubernetes kube-apiserver kube-controller-manager kube-scheduler kubelet
-	if [[ -x $CACHE/etcd-$ETCD_VERSION/bin/etcd ]]; then
-		log "etcd $ETCD_VERSION: reusing $CACHE/etcd-$ETCD_VERSION/bin/etcd"
-	else
-		step "build etcd $ETCD_VERSION" build_etcd
-	fi
-	if [[ -x $CACHE/registry-$REGISTRY_VERSION/bin/registry ]]; then
-		log "registry $REGISTRY_VERSION: reusing $CACHE/registry-$REGISTRY_VERSION/bin/registry"
-	else
-		step "build the registry $REGISTRY_VERSION" build_registry
-	fi
-	if [[ -x $CACHE/crane-$CRANE_VERSION/bin/crane ]]; then
-		log "crane $CRANE_VERSION: reusing $CACHE/crane-$CRANE_VERSION/bin/crane"
-	else
-		step "build crane $CRANE_VERSION" build_crane
-	fi
-	if [[ -x $CACHE/cosign-$COSIGN_VERSION/bin/cosign ]]; then
-		log "cosign $COSIGN_VERSION: reusing $CACHE/cosign-$COSIGN_VERSION/bin/cosign"
-	else
-		step "build cosign $COSIGN_VERSION" build_cosign
-	fi
+	reuse_or_build "etcd $ETCD_VERSION" "$CACHE/etcd-$ETCD_VERSION/bin/etcd" build_etcd
+	reuse_or_build "the registry $REGISTRY_VERSION" "$CACHE/registry-$REGISTRY_VERSION/bin/registry" build_registry
+	reuse_or_build "crane $CRANE_VERSION" "$CACHE/crane-$CRANE_VERSION/bin/crane" build_crane
+	reuse_or_build "cosign $COSIGN_VERSION" "$CACHE/cosign-$COSIGN_VERSION/bin/cosign" build_cosign
 }
 
 total_start=$(date +%s)
@@ -387,28 +366,16 @@ for v in "${VERSIONS[@]}"; do
 	fi
 done
 
-if [[ -x $CACHE/crictl-$CRICTL_VERSION/bin/crictl ]]; then
-	log "crictl $CRICTL_VERSION: reusing $CACHE/crictl-$CRICTL_VERSION/bin/crictl"
-else
-	step "build crictl $CRICTL_VERSION" build_crictl
-fi
+reuse_or_build "crictl $CRICTL_VERSION" "$CACHE/crictl-$CRICTL_VERSION/bin/crictl" build_crictl
 
 if [[ -n $DEMO_ONLY ]]; then
 	log "all done in $(($(date +%s) - total_start))s (what make demo needs); cache: $CACHE"
 	exit 0
 fi
 
-if [[ -x $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc ]]; then
-	log "runc $USERNS_RUNC_VERSION (user-namespace pods): reusing $CACHE/runc-$USERNS_RUNC_VERSION/bin/runc"
-else
-	step "build runc $USERNS_RUNC_VERSION (user-namespace pods)" build_userns_runc
-fi
+reuse_or_build "runc $USERNS_RUNC_VERSION (user-namespace pods)" "$CACHE/runc-$USERNS_RUNC_VERSION/bin/runc" build_userns_runc
 
-if [[ -x $CACHE/helm-$HELM_VERSION/bin/helm ]]; then
-	log "helm $HELM_VERSION: reusing $CACHE/helm-$HELM_VERSION/bin/helm"
-else
-	step "build helm $HELM_VERSION" build_helm
-fi
+reuse_or_build "helm $HELM_VERSION" "$CACHE/helm-$HELM_VERSION/bin/helm" build_helm
 
 if [[ -n $WANT_K8S ]]; then
 	setup_k8s
