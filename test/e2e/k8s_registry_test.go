@@ -217,11 +217,7 @@ func (r *localRegistry) checkAttestedSBOMs(t *testing.T, k *k8sCluster, tag, dir
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(k.bins["crane"], "digest", "--insecure", "--platform", "linux/"+arch, r.addr+"/nri-sysctl:"+tag).Output()
-		if err != nil {
-			t.Fatalf("crane digest --platform linux/%s: %v", arch, err)
-		}
-		platform := strings.TrimSpace(string(out))
+		platform := r.crane(t, k, "digest", "--platform", "linux/"+arch, r.addr+"/nri-sysctl:"+tag)
 		if len(statement.Subject) != 1 || "sha256:"+statement.Subject[0].Digest["sha256"] != platform {
 			t.Errorf("linux/%s: the SBOM attestation's subject is %+v, want the platform's image %s", arch, statement.Subject, platform)
 		}
@@ -232,22 +228,30 @@ func (r *localRegistry) checkAttestedSBOMs(t *testing.T, k *k8sCluster, tag, dir
 	logf("each platform's image has its architecture's SBOM attached, signed, the same as bin/sbom's")
 }
 
+// crane runs crane against the registry (plain HTTP) and returns what it
+// printed.
+func (r *localRegistry) crane(t *testing.T, k *k8sCluster, args ...string) string {
+	t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command(k.bins["crane"], append(args, "--insecure")...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("crane %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // tag gives the image another tag in the registry (crane tag: no pull, no push).
 func (r *localRegistry) tag(t *testing.T, k *k8sCluster, from, to string) {
 	t.Helper()
-	if out, err := exec.Command(k.bins["crane"], "tag", "--insecure", r.addr+"/"+from, to).CombinedOutput(); err != nil {
-		t.Fatalf("crane tag %s %s: %v\n%s", from, to, err, out)
-	}
+	r.crane(t, k, "tag", r.addr+"/"+from, to)
 }
 
 // indexDigest is the digest of the image index the registry serves for ref.
 func (r *localRegistry) indexDigest(t *testing.T, k *k8sCluster, ref string) string {
 	t.Helper()
-	out, err := exec.Command(k.bins["crane"], "digest", "--insecure", r.addr+"/"+ref).Output()
-	if err != nil {
-		t.Fatalf("crane digest %s: %v", ref, err)
-	}
-	return strings.TrimSpace(string(out))
+	return r.crane(t, k, "digest", r.addr+"/"+ref)
 }
 
 // pullFrom makes node c pull images named registry (host:port) from
