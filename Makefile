@@ -282,17 +282,13 @@ setup:
 ## line (its NRI, its mode, its config format, its user namespaces):
 ## E2E_LINE_CASES. docs/testing.md says which case runs where, and why.
 ## Every case on every line: make e2e E2E_FULL_VERSIONS="$(E2E_CONTAINERD_VERSIONS)".
+## E2E_JOBS=2 (the default) runs the FULL lines and the others as two
+## streams at once, E2E_JOBS=1 one line after another (test/e2e.sh says why).
 E2E_FULL_VERSIONS ?= v2.4.2 v2.2.9
 E2E_LINE_CASES = ^(TestHarness|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass)$$
+E2E_JOBS ?= 2
 e2e: build
-	@for v in $(E2E_CONTAINERD_VERSIONS); do \
-		case " $(E2E_FULL_VERSIONS) " in \
-		*" $$v "*) run='.'; what='every case' ;; \
-		*) run='$(E2E_LINE_CASES)'; what='the cases that depend on the line' ;; \
-		esac; \
-		echo "=== end-to-end tests against containerd $$v: $$what"; \
-		NRI_SYSCTL_CONTAINERD_VERSION=$$v $(GO) test -count=1 -timeout 30m -v -run "$$run" ./test/e2e/ || exit 1; \
-	done
+	GO='$(GO)' E2E_JOBS='$(E2E_JOBS)' test/e2e.sh '$(E2E_CONTAINERD_VERSIONS)' '$(E2E_FULL_VERSIONS)' '$(E2E_LINE_CASES)'
 
 ## e2e-k8s: the chart on Kubernetes v1.37.2 (etcd, API server, controller
 ## manager, scheduler, kubelets; built by test/setup.sh --k8s); the image
@@ -326,8 +322,8 @@ e2e-k8s: image notices-make
 ## and cosign for e2e-k8s built
 ## in the background meanwhile, at nice 19 (test/test-all.sh says why;
 ## exec, so that a SIGTERM to make reaches it).
-TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint reproduce e2e
-TEST_ALL_LAST = e2e-k8s vm-test bench-smoke soak
+TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint reproduce e2e bench-smoke soak
+TEST_ALL_LAST = e2e-k8s vm-test
 test-all:
 	MAKE="$(MAKE)" exec test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"
 # setup builds helm first, so the chart and alert checks must not skip here

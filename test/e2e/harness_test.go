@@ -741,8 +741,14 @@ func (c *cluster) teardown() {
 	}
 	// A pre-installed plugin gets no flags: its pod state is in the
 	// default directory, removed if this run made it.
+	// Under the host lock: another run's pre-installed plugin may use it.
 	if !c.podStateDirExisted {
-		_ = os.RemoveAll(defaultPodStateParent)
+		if release, err := lockHost(true); err != nil {
+			logf("not removing %s: %v", defaultPodStateParent, err)
+		} else {
+			_ = os.RemoveAll(defaultPodStateParent)
+			release()
+		}
 	}
 	releaseDir(c.tmp)
 	if err := exec.Command("ip", "link", "show", cniBridgeName).Run(); err == nil {
@@ -952,16 +958,6 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// hostSysctl reads a sysctl of the host (the test process's namespaces).
-func hostSysctl(t *testing.T, key string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("/proc/sys", sysctlPath(key)))
-	if err != nil {
-		t.Fatalf("read host sysctl %s: %v", key, err)
-	}
-	return strings.TrimSpace(string(data))
 }
 
 // sysctlPath turns a dotted sysctl name into its path below /proc/sys.

@@ -120,6 +120,7 @@ func TestServiceContainerdRestart(t *testing.T) {
 // plugin_path and passes it the config text; the plugin gets no flags.
 func TestServicePreinstalled(t *testing.T) {
 	c := getCluster(t)
+	holdHost(t, true) // /dev/log and the default pod state directory (hostlock_test.go)
 	bin := pluginBinary(t)
 	checkMeaningful(t, serviceValuesB)
 	keys := sortedKeys(serviceValuesB)
