@@ -318,14 +318,16 @@ e2e-k8s: image notices-make
 		$(GO) test -count=1 -timeout 30m -v -run '^TestK8sTwoNodes$$' ./test/e2e/
 
 ## test-all: everything CI runs, from a fresh Debian 12 machine (root):
-## these targets in this order, with Kubernetes, etcd, the registry, crane
-## and cosign for e2e-k8s built
-## in the background meanwhile, at nice 19 (test/test-all.sh says why;
-## exec, so that a SIGTERM to make reaches it).
+## these targets in this order, with what vm-test and e2e-k8s need from
+## test/setup.sh (the kubelet; Kubernetes' control plane, etcd, the
+## registry, crane and cosign) built in the background meanwhile, at nice 19
+## (test/test-all.sh says when and why; exec, so that a SIGTERM to make
+## reaches it).
 TEST_ALL_FIRST = setup test arch-test fuzz-smoke packages-lint reproduce e2e bench-smoke soak
-TEST_ALL_LAST = e2e-k8s vm-test
+TEST_ALL_KUBELET = vm-test
+TEST_ALL_LAST = e2e-k8s
 test-all:
-	MAKE="$(MAKE)" exec test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_LAST)"
+	MAKE="$(MAKE)" exec test/test-all.sh "$(TEST_ALL_FIRST)" "$(TEST_ALL_KUBELET)" "$(TEST_ALL_LAST)"
 # setup builds helm first, so the chart and alert checks must not skip here
 # for want of it (they do under a plain go test on a machine without it).
 test-all: export NRI_SYSCTL_REQUIRE_HELM = 1

@@ -28,7 +28,8 @@
 #   - with --demo (make demo): nothing the demo does not use, so neither
 #     the user-namespace runc nor helm
 #   - with --k8s-only: what --k8s adds (Kubernetes, etcd, the registry, crane, cosign) and nothing else,
-#     not even apt packages: test/test-all.sh runs it in the background
+#     not even apt packages; with --kubelet-only: only the kubelet. make
+#     test-all runs each in the background (test/test-all.sh)
 # where CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}.
 #
 # Idempotent: a second run only checks and reuses. Needs root. Works without a
@@ -66,11 +67,12 @@ for arg in "$@"; do
 	--kubelet) WANT_KUBELET=1 ;;
 	--demo) DEMO_ONLY=1 ;;
 	--k8s-only) K8S_ONLY=1 ;;
+	--kubelet-only) K8S_ONLY=kubelet ;;
 	*) VERSIONS+=("$arg") ;;
 	esac
 done
 if [[ -n $K8S_ONLY && $# -ne 1 ]]; then
-	echo "usage: $0 --k8s-only (alone: it builds Kubernetes and etcd, nothing else)" >&2
+	echo "usage: $0 --k8s-only | --kubelet-only (alone: it builds what make e2e-k8s or the kubelet make vm-test needs, nothing else)" >&2
 	exit 2
 fi
 if [[ ${#VERSIONS[@]} -eq 0 ]]; then
@@ -349,7 +351,11 @@ setup_k8s() {
 total_start=$(date +%s)
 mkdir -p "$CACHE"
 
-if [[ -n $K8S_ONLY ]]; then
+if [[ $K8S_ONLY == kubelet ]]; then
+	setup_kubernetes kubelet
+	log "all done in $(($(date +%s) - total_start))s (the kubelet only); cache: $CACHE"
+	exit 0
+elif [[ -n $K8S_ONLY ]]; then
 	setup_k8s
 	log "all done in $(($(date +%s) - total_start))s (Kubernetes, etcd, the registry, crane and cosign only); cache: $CACHE"
 	exit 0

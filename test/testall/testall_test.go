@@ -2,9 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package testall checks test/test-all.sh, which make test-all runs: the
-// targets in order, the background build waited for before the last ones,
-// that build stopped, with its children, when a target fails or a signal
-// comes, and make's -n and -k honoured.
+// targets in order, each part of the background build waited for before
+// the targets that need it, the build stopped, with its children, when a
+// target fails or a signal comes, and make's -n and -k honoured.
 package testall
 
 import (
@@ -26,9 +26,11 @@ import (
 const scriptTimeout = time.Minute
 
 // fakeMake prints and records each call's targets and its own PID. A
-// target named "broken" fails once the background command has started;
-// "hang" waits to be killed; e2e-k8s fails unless the background build
-// has finished (BUILT), so a script that does not wait for it fails.
+// target named "broken" fails once the background command has started,
+// "broken-late" once its second part has;
+// "hang" waits to be killed; vm-test fails unless the kubelet's build has
+// finished, and e2e-k8s unless the rest has (BUILT--kubelet-only,
+// BUILT--k8s-only), so a script that does not wait for them fails.
 const fakeMake = `#!/bin/sh
 echo "make $*" | tee -a "$CALLS"
 echo $$ >>"$MAKE_PIDS"
@@ -36,26 +38,34 @@ case " $* " in *" broken "*)
 	while [ ! -s "$PIDS" ]; do sleep 0.05; done
 	exit 1 ;;
 esac
+case " $* " in *" broken-late "*)
+	while [ "$(wc -l <"$PIDS")" -lt 2 ]; do sleep 0.05; done
+	exit 1 ;;
+esac
 case " $* " in *" hang "*)
 	exec sleep 300 ;;
 esac
+case " $* " in *" vm-test "*)
+	if [ ! -e "$BUILT--kubelet-only" ]; then echo "vm-test ran before the kubelet's build finished"; exit 1; fi ;;
+esac
 case " $* " in *" e2e-k8s "*)
-	if [ ! -e "$BUILT" ]; then echo "e2e-k8s ran before the background build finished"; exit 1; fi ;;
+	if [ ! -e "$BUILT--k8s-only" ]; then echo "e2e-k8s ran before the background build finished"; exit 1; fi ;;
 esac
 `
 
-// fakeBuild starts a child, records both PIDs, then does what BUILD_MODE
-// says: "ok" prints its nice value and its autogroup's, takes a moment,
-// marks the build done (BUILT), stops the
-// child and exits; "fail" stops the child and exits with 3 at once;
-// "hang" waits for the child.
+// fakeBuild, given its part as test/setup.sh is (--kubelet-only,
+// --k8s-only), starts a child, adds both PIDs to PIDS, then does what
+// BUILD_MODE says: "ok" prints its nice value and its autogroup's, takes a
+// moment, marks the part done (BUILT<part>), stops the child and exits;
+// "fail" stops the child and exits with 3 at once; "hang" waits for the
+// child.
 const fakeBuild = `#!/bin/sh
 sleep 300 &
-echo "$$ $!" >"$PIDS"
+echo "$$ $!" >>"$PIDS"
 case $BUILD_MODE in
 ok) echo "priority: nice $(nice), $(cat /proc/self/autogroup 2>/dev/null)"
-	sleep 1; touch "$BUILT"; echo "background build done"; kill $!; exit 0 ;;
-fail) echo "background build broke"; kill $!; exit 3 ;;
+	sleep 1; touch "$BUILT$1"; echo "background build $1 done"; kill $!; exit 0 ;;
+fail) echo "background build $1 broke"; kill $!; exit 3 ;;
 hang) wait ;;
 esac
 `
@@ -76,7 +86,7 @@ type script struct {
 	dir string
 }
 
-func newScript(t *testing.T, first, last, buildMode, makeflags string) *script {
+func newScript(t *testing.T, stages [3]string, buildMode, makeflags string) *script {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -93,7 +103,7 @@ func newScript(t *testing.T, first, last, buildMode, makeflags string) *script {
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	t.Cleanup(cancel)
 	s.ctx = ctx
-	s.cmd = exec.CommandContext(ctx, filepath.Join(root, "test", "test-all.sh"), first, last)
+	s.cmd = exec.CommandContext(ctx, filepath.Join(root, "test", "test-all.sh"), stages[0], stages[1], stages[2])
 	s.cmd.Dir = root
 	// Its own process group, killed whole on the timeout.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -150,9 +160,9 @@ func readPIDs(t *testing.T, path string) []int {
 	return pids
 }
 
-func runTestAll(t *testing.T, first, last, buildMode, makeflags string) run {
+func runTestAll(t *testing.T, stages [3]string, buildMode, makeflags string) run {
 	t.Helper()
-	s := newScript(t, first, last, buildMode, makeflags)
+	s := newScript(t, stages, buildMode, makeflags)
 	r := s.result(t, s.cmd.Run())
 	if len(r.pids) == 0 && !strings.Contains(makeflags, "n") {
 		t.Fatalf("the background command never ran; output:\n%s", r.output)
@@ -185,23 +195,28 @@ func wantGone(t *testing.T, what string, pids []int) {
 	}
 }
 
-func TestTargetsInOrderWithTheBuildLogBetween(t *testing.T) {
-	r := runTestAll(t, "setup e2e", "e2e-k8s vm-test", "ok", "")
+func TestTargetsInOrderWithTheBuildLogsBetween(t *testing.T) {
+	r := runTestAll(t, [3]string{"setup e2e", "vm-test", "e2e-k8s"}, "ok", "")
 	if r.err != nil {
 		t.Fatalf("test-all.sh: %v; output:\n%s", r.err, r.output)
 	}
-	want := []string{"make --no-print-directory setup e2e", "make --no-print-directory e2e-k8s vm-test"}
+	want := []string{"make --no-print-directory setup e2e", "make --no-print-directory vm-test", "make --no-print-directory e2e-k8s"}
 	if strings.Join(r.calls, "|") != strings.Join(want, "|") {
 		t.Errorf("make calls = %q, want %q", r.calls, want)
 	}
-	order := []string{want[0], "exit 0", "background build done", want[1]}
+	order := []string{want[0], "exit 0", "background build --kubelet-only done", want[1], "exit 0", "background build --k8s-only done", want[2]}
 	at := -1
 	for _, line := range order {
-		i := strings.Index(r.output, line)
-		if i <= at {
-			t.Fatalf("output lacks %q after %q (the build's status and log between the two make calls):\n%s", line, order, r.output)
+		i := strings.Index(r.output[at+1:], line)
+		if i < 0 {
+			t.Fatalf("output lacks %q after %q (each part's status and log before the targets that need it):\n%s", line, order, r.output)
 		}
-		at = i
+		at += 1 + i
+	}
+	// The second part starts only once the first targets are done (the
+	// first part's log is printed after them).
+	if strings.Index(r.output, "building in the background: test/setup.sh --k8s-only") < strings.Index(r.output, "background build --kubelet-only done") {
+		t.Errorf("the rest of the build started before the first targets ended:\n%s", r.output)
 	}
 }
 
@@ -209,31 +224,33 @@ func TestTargetsInOrderWithTheBuildLogBetween(t *testing.T) {
 // groups each session (autogroup), the new session's group at 19 too, or
 // the two sessions share the CPU equally whatever the processes' nice.
 func TestTheBuildRunsAtTheLowestPriority(t *testing.T) {
-	r := runTestAll(t, "setup", "e2e-k8s", "ok", "")
+	r := runTestAll(t, [3]string{"setup", "vm-test", "e2e-k8s"}, "ok", "")
 	if r.err != nil {
 		t.Fatalf("test-all.sh: %v; output:\n%s", r.err, r.output)
 	}
-	if !strings.Contains(r.output, "priority: nice 19,") {
+	if strings.Count(r.output, "priority: nice 19,") != 2 {
 		t.Errorf("the background build does not run at nice 19; output:\n%s", r.output)
 	}
 	if _, err := os.Stat("/proc/self/autogroup"); err != nil {
 		t.Logf("no autogroup on this kernel (%v): its nice not checked", err)
 		return
 	}
-	if !regexp.MustCompile(`priority: nice 19, /autogroup-[0-9]+ nice 19`).MatchString(r.output) {
+	if n := len(regexp.MustCompile(`priority: nice 19, /autogroup-[0-9]+ nice 19`).FindAllString(r.output, -1)); n != 2 {
 		t.Errorf("the background build's autogroup is not at nice 19; output:\n%s", r.output)
 	}
 }
 
-func TestAFailedBuildLeavesTheLastTargetsToBuildAgain(t *testing.T) {
-	r := runTestAll(t, "setup", "vm-test", "fail", "")
+// (The fake vm-test and e2e-k8s would refuse to run without the build;
+// the real ones build what is missing.)
+func TestAFailedBuildLeavesTheLaterTargetsToBuildAgain(t *testing.T) {
+	r := runTestAll(t, [3]string{"setup", "vm", "k8s"}, "fail", "")
 	if r.err != nil {
 		t.Fatalf("test-all.sh: %v; output:\n%s", r.err, r.output)
 	}
-	if len(r.calls) != 2 || r.calls[1] != "make --no-print-directory vm-test" {
-		t.Errorf("make calls = %q, want setup then vm-test", r.calls)
+	if strings.Join(r.calls, "|") != "make --no-print-directory setup|make --no-print-directory vm|make --no-print-directory k8s" {
+		t.Errorf("make calls = %q, want setup, vm, k8s", r.calls)
 	}
-	for _, want := range []string{"exit 3", "background build broke", "make e2e-k8s builds in the foreground"} {
+	for _, want := range []string{"exit 3", "background build --kubelet-only broke", "background build --k8s-only broke", "the next targets build it in the foreground"} {
 		if !strings.Contains(r.output, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.output)
 		}
@@ -241,7 +258,7 @@ func TestAFailedBuildLeavesTheLastTargetsToBuildAgain(t *testing.T) {
 }
 
 func TestAFailedTargetStopsTheBuildAndItsChildren(t *testing.T) {
-	r := runTestAll(t, "setup broken", "e2e-k8s", "hang", "")
+	r := runTestAll(t, [3]string{"setup broken", "vm-test", "e2e-k8s"}, "hang", "")
 	var exitErr *exec.ExitError
 	if !errors.As(r.err, &exitErr) {
 		t.Fatalf("test-all.sh: err = %v, want a non-zero exit; output:\n%s", r.err, r.output)
@@ -255,15 +272,32 @@ func TestAFailedTargetStopsTheBuildAndItsChildren(t *testing.T) {
 	wantGone(t, "the background build", r.pids)
 }
 
+// A failure in the middle targets stops the script and the rest of the
+// build, with its child.
+func TestAFailedMiddleTargetStopsTheRestOfTheBuild(t *testing.T) {
+	r := runTestAll(t, [3]string{"setup", "broken-late", "e2e-k8s"}, "ok", "")
+	var exitErr *exec.ExitError
+	if !errors.As(r.err, &exitErr) {
+		t.Fatalf("test-all.sh: err = %v, want a non-zero exit; output:\n%s", r.err, r.output)
+	}
+	if len(r.calls) != 2 {
+		t.Errorf("make calls = %q, want setup and broken-late only", r.calls)
+	}
+	if len(r.pids) != 4 {
+		t.Fatalf("pids = %v, want both parts' and their children's", r.pids)
+	}
+	wantGone(t, "the background build", r.pids)
+}
+
 // make -k test-all: a failure in the first targets does not stop the
 // last ones, and the script still fails.
 func TestKeepGoingRunsTheLastTargetsAfterAFailure(t *testing.T) {
-	r := runTestAll(t, "setup broken", "e2e-k8s", "ok", "k")
+	r := runTestAll(t, [3]string{"setup broken", "vm-test", "e2e-k8s"}, "ok", "k")
 	var exitErr *exec.ExitError
 	if !errors.As(r.err, &exitErr) {
 		t.Fatalf("test-all.sh under make -k: err = %v, want a non-zero exit; output:\n%s", r.err, r.output)
 	}
-	want := []string{"make --no-print-directory setup broken", "make --no-print-directory e2e-k8s"}
+	want := []string{"make --no-print-directory setup broken", "make --no-print-directory vm-test", "make --no-print-directory e2e-k8s"}
 	if strings.Join(r.calls, "|") != strings.Join(want, "|") {
 		t.Errorf("make calls under -k = %q, want %q", r.calls, want)
 	}
@@ -271,11 +305,13 @@ func TestKeepGoingRunsTheLastTargetsAfterAFailure(t *testing.T) {
 
 // make -n test-all prints what would run: nothing starts in the background.
 func TestDryRunBuildsNothingInTheBackground(t *testing.T) {
-	r := runTestAll(t, "setup e2e", "e2e-k8s", "hang", "n")
+	// (vm and k8s: the fake vm-test and e2e-k8s would refuse to run
+	// without the build, where make -n would only print them.)
+	r := runTestAll(t, [3]string{"setup e2e", "vm", "k8s"}, "hang", "n")
 	if len(r.pids) != 0 {
 		t.Errorf("make -n started the background build (pids %v)", r.pids)
 	}
-	want := []string{"make --no-print-directory setup e2e", "make --no-print-directory e2e-k8s"}
+	want := []string{"make --no-print-directory setup e2e", "make --no-print-directory vm", "make --no-print-directory k8s"}
 	if strings.Join(r.calls, "|") != strings.Join(want, "|") {
 		t.Errorf("make calls under -n = %q, want %q", r.calls, want)
 	}
@@ -284,7 +320,7 @@ func TestDryRunBuildsNothingInTheBackground(t *testing.T) {
 // SIGTERM to the script (what make passes on, the recipe being exec'd)
 // stops the make under way and the background build with its child.
 func TestASignalStopsMakeAndTheBuild(t *testing.T) {
-	s := newScript(t, "setup hang", "e2e-k8s", "hang", "")
+	s := newScript(t, [3]string{"setup hang", "vm-test", "e2e-k8s"}, "hang", "")
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
