@@ -16,7 +16,8 @@
 # order, the output as it comes.
 #
 # SIGINT and SIGTERM stop both streams (each is a process group of its own)
-# and wait for them: the tests tear their containerd down on the way out.
+# and wait for them. A test killed so does not tear down: the next run's
+# harness removes what it left (cleanStaleRuns), as after any killed run.
 #
 # Usage: test/e2e.sh "VERSIONS..." "FULL..." LINE_CASES   (GO: the go to run)
 set -euo pipefail

@@ -85,6 +85,7 @@ func TestConcurrentPods(t *testing.T) {
 		workers = 8
 	)
 	c := getCluster(t)
+	burstLock.hold(t, true) // hostlock_test.go
 	checkMeaningful(t, nodeDefaults)
 	plugin := startPlugin(t, defaultsYAML(nodeDefaults))
 	keys := sortedKeys(nodeDefaults)

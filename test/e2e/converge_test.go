@@ -22,7 +22,7 @@ import (
 func TestConvergeRunningPods(t *testing.T) {
 	const space, excludedSpace = "e2e-converge", "e2e-converge-excluded"
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	checkMeaningful(t, nodeDefaults)
 	keys := sortedKeys(nodeDefaults)
 	kernel := only(c.kernel, keys...)
@@ -160,7 +160,7 @@ func TestConvergeUserNamespacePod(t *testing.T) {
 func TestConvergeContainerStartedAfterAReload(t *testing.T) {
 	const key = "net.ipv4.tcp_keepalive_time"
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	if c.kernel[key] == "600" || c.kernel[key] == "650" {
 		t.Fatalf("the kernel's %s is already %s: the test would prove nothing", key, c.kernel[key])
 	}

@@ -16,7 +16,7 @@ import (
 // also a test: the shipped defaults must reach the pod.
 func TestDemo(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	cfgText, err := os.ReadFile(filepath.Join(c.repoRoot, "config", "config.yaml"))
 	if err != nil {
 		t.Fatal(err)

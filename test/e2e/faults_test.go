@@ -99,6 +99,7 @@ func TestPluginKilledDuringBurst(t *testing.T) {
 		burstSpace = "e2e-burst"
 	)
 	c := getCluster(t)
+	burstLock.hold(t, true) // hostlock_test.go
 	checkMeaningful(t, nodeDefaults)
 	keys := sortedKeys(nodeDefaults)
 	kernel := only(c.kernel, keys...)

@@ -743,7 +743,7 @@ func (c *cluster) teardown() {
 	// default directory, removed if this run made it.
 	// Under the host lock: another run's pre-installed plugin may use it.
 	if !c.podStateDirExisted {
-		if release, err := lockHost(true); err != nil {
+		if release, err := hostLock.lock(true); err != nil {
 			logf("not removing %s: %v", defaultPodStateParent, err)
 		} else {
 			_ = os.RemoveAll(defaultPodStateParent)

@@ -14,52 +14,60 @@ import (
 	"testing"
 )
 
-// The host lock: what every e2e run on one machine shares, which make e2e
-// uses by running two containerd lines at once (test/e2e-lines.sh): the
-// host's sysctls, /dev/log (listenSyslog) and the default pod state
-// directory of a pre-installed plugin (defaultPodStateParent). A test that
-// writes one of them holds the lock exclusively for as long as it runs; a
-// test that compares the host's values holds it shared. It is an flock on
-// one file, so a run that dies releases it. hostSysctl fails a test that
-// holds neither, so that a new comparison cannot forget it.
+// Locks between e2e runs on one machine, which make e2e has by running two
+// containerd lines at once (test/e2e.sh). Each is an flock on a file in
+// runsBaseDir, so a run that dies releases it; one process holds each at
+// most once (tests run one at a time; a subtest's hold is its parent's).
 //
-// One process holds it at most once (tests run one at a time; subtests use
-// their parent's hold).
-var hostLock struct {
+// hostLock: what every run shares, the host's sysctls, /dev/log
+// (listenSyslog) and the default pod state directory of a pre-installed
+// plugin (defaultPodStateParent). A test that writes one of them holds it
+// exclusively for as long as it runs; a test that compares the host's
+// values holds it shared. hostSysctl fails a test that holds neither, so
+// that a new comparison cannot forget it.
+var hostLock = &runLock{file: "host.lock"}
+
+// burstLock: a burst of pods against containerd's 2 s deadline for the
+// plugin (TestConcurrentPods, TestPluginKilledDuringBurst) runs alone, not
+// beside another run's: two bursts at once on two cores are a different
+// load than the test means.
+var burstLock = &runLock{file: "burst.lock"}
+
+type runLock struct {
+	file string // in runsBaseDir
+
 	mu        sync.Mutex
-	file      *os.File
+	f         *os.File
 	holds     int
 	exclusive bool
 }
 
-const hostLockFile = "host.lock" // in runsBaseDir
-
-// holdHost takes the host lock for t's run (exclusive to write, shared to
-// compare); it is released when t ends.
-func holdHost(t *testing.T, exclusive bool) {
+// hold takes the lock for t's run (exclusive to write, shared to compare);
+// it is released when t ends.
+func (l *runLock) hold(t *testing.T, exclusive bool) {
 	t.Helper()
-	release, err := lockHost(exclusive)
+	release, err := l.lock(exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(release)
 }
 
-// lockHost takes the host lock and returns its release.
-func lockHost(exclusive bool) (func(), error) {
-	hostLock.mu.Lock()
-	defer hostLock.mu.Unlock()
-	if hostLock.holds > 0 {
-		if exclusive && !hostLock.exclusive {
-			return nil, fmt.Errorf("test bug: the host lock is held shared; take it exclusively from the start")
+// lock takes the lock and returns its release.
+func (l *runLock) lock(exclusive bool) (func(), error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holds > 0 {
+		if exclusive && !l.exclusive {
+			return nil, fmt.Errorf("test bug: %s is held shared; take it exclusively from the start", l.file)
 		}
-		hostLock.holds++
-		return releaseHost, nil
+		l.holds++
+		return l.release, nil
 	}
 	if err := os.MkdirAll(runsBaseDir, 0o755); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(runsBaseDir, hostLockFile)
+	path := filepath.Join(runsBaseDir, l.file)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
@@ -72,8 +80,8 @@ func lockHost(exclusive bool) (func(), error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	hostLock.file, hostLock.holds, hostLock.exclusive = f, 1, exclusive
-	return releaseHost, nil
+	l.f, l.holds, l.exclusive = f, 1, exclusive
+	return l.release, nil
 }
 
 func flockRetry(fd, how int) error {
@@ -85,30 +93,29 @@ func flockRetry(fd, how int) error {
 	}
 }
 
-func releaseHost() {
-	hostLock.mu.Lock()
-	defer hostLock.mu.Unlock()
-	hostLock.holds--
-	if hostLock.holds == 0 {
-		hostLock.file.Close() // releases the flock
-		hostLock.file = nil
+func (l *runLock) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds--
+	if l.holds == 0 {
+		l.f.Close() // releases the flock
+		l.f = nil
 	}
 }
 
-// holdsHost says whether this process holds the host lock, exclusively if
-// exclusive.
-func holdsHost(exclusive bool) bool {
-	hostLock.mu.Lock()
-	defer hostLock.mu.Unlock()
-	return hostLock.holds > 0 && (hostLock.exclusive || !exclusive)
+// held says whether this process holds the lock, exclusively if exclusive.
+func (l *runLock) held(exclusive bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holds > 0 && (l.exclusive || !exclusive)
 }
 
 // hostSysctl reads a sysctl of the host (the test process's namespaces),
 // under the host lock.
 func hostSysctl(t *testing.T, key string) string {
 	t.Helper()
-	if !holdsHost(false) {
-		t.Fatalf("test bug: %s reads the host's %s without holdHost: another run may change it meanwhile", t.Name(), key)
+	if !hostLock.held(false) {
+		t.Fatalf("test bug: %s reads the host's %s without hostLock.hold: another run may change it meanwhile", t.Name(), key)
 	}
 	v, err := readHostSysctl(key)
 	if err != nil {
@@ -117,9 +124,7 @@ func hostSysctl(t *testing.T, key string) string {
 	return v
 }
 
-// readHostSysctl reads a sysctl of the host without the lock: only for a
-// check of a test's own values against the host's, where a value another
-// run set for a moment can only make the check fail loudly.
+// readHostSysctl reads a sysctl of the host; the caller holds hostLock.
 func readHostSysctl(key string) (string, error) {
 	data, err := os.ReadFile(filepath.Join("/proc/sys", sysctlPath(key)))
 	if err != nil {
@@ -134,7 +139,7 @@ func readHostSysctl(key string) (string, error) {
 func TestHostLock(t *testing.T) {
 	getCluster(t) // skips where e2e runs cannot (not root)
 	other := func(how int) error {
-		f, err := os.OpenFile(filepath.Join(runsBaseDir, hostLockFile), os.O_RDWR, 0)
+		f, err := os.OpenFile(filepath.Join(runsBaseDir, hostLock.file), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,29 +147,52 @@ func TestHostLock(t *testing.T) {
 		return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 	}
 	t.Run("shared", func(t *testing.T) {
-		holdHost(t, false)
+		hostLock.hold(t, false)
 		if err := other(syscall.LOCK_SH); err != nil {
 			t.Errorf("another run's shared hold: %v, want it admitted", err)
 		}
 		if err := other(syscall.LOCK_EX); !errors.Is(err, syscall.EWOULDBLOCK) {
 			t.Errorf("another run's exclusive hold: %v, want EWOULDBLOCK", err)
 		}
-		if _, err := lockHost(true); err == nil {
+		if _, err := hostLock.lock(true); err == nil {
 			t.Error("taking it exclusively while held shared: no error")
 		}
 	})
 	t.Run("exclusive", func(t *testing.T) {
-		holdHost(t, true)
+		hostLock.hold(t, true)
 		if err := other(syscall.LOCK_SH); !errors.Is(err, syscall.EWOULDBLOCK) {
 			t.Errorf("another run's shared hold: %v, want EWOULDBLOCK", err)
 		}
-		holdHost(t, false) // a subtest's hold within its parent's
-		if !holdsHost(true) {
+		hostLock.hold(t, false) // a subtest's hold within its parent's
+		if !hostLock.held(true) {
 			t.Error("not held exclusively")
 		}
 	})
 	// (Not checked from another description: another run may hold it now.)
-	if holdsHost(false) || hostLock.file != nil {
+	if hostLock.held(false) || hostLock.f != nil {
 		t.Error("still held after the subtests ended")
 	}
+}
+
+// hostValuesNow reads the host's keys under the host lock, shared for the
+// reads alone where the test does not hold it: another run's
+// TestInheritFromHost sets keepalive values for a while.
+func hostValuesNow(t *testing.T, keys []string) map[string]string {
+	t.Helper()
+	if !hostLock.held(false) {
+		release, err := hostLock.lock(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+	}
+	values := map[string]string{}
+	for _, k := range keys {
+		v, err := readHostSysctl(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values[k] = v
+	}
+	return values
 }

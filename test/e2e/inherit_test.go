@@ -20,8 +20,8 @@ import (
 // the value it had back when the test ends, failed or not.
 func setHostSysctl(t *testing.T, key, value string) {
 	t.Helper()
-	if !holdsHost(true) {
-		t.Fatalf("test bug: %s writes the host's %s without holdHost(t, true)", t.Name(), key)
+	if !hostLock.held(true) {
+		t.Fatalf("test bug: %s writes the host's %s without hostLock.hold(t, true)", t.Name(), key)
 	}
 	path := filepath.Join("/proc/sys", sysctlPath(key))
 	old := hostSysctl(t, key)
@@ -40,7 +40,7 @@ func setHostSysctl(t *testing.T, key, value string) {
 
 func TestInheritFromHost(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, true) // writes the host's values (hostlock_test.go)
+	hostLock.hold(t, true) // writes the host's values (hostlock_test.go)
 	const (
 		timeKey   = "net.ipv4.tcp_keepalive_time"
 		intvlKey  = "net.ipv4.tcp_keepalive_intvl"

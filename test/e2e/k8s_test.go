@@ -623,7 +623,7 @@ func TestK8sFleet(t *testing.T) {
 	}
 
 	t.Run("new pods get the defaults; hostNetwork pods keep the host's net.*; the pod's own value wins", func(t *testing.T) {
-		holdHost(t, false)
+		hostLock.hold(t, false)
 		wantSysctls(t, "pod created after the plugin was ready", k.workloadValues(t, workload{name: "after"}), k8sDefaults)
 
 		host := k.workloadValues(t, workload{name: "hostnet", hostNetwork: true})

@@ -426,7 +426,7 @@ func TestK8sTwoNodes(t *testing.T) {
 	modeOf := map[string]string{k8sNodeName: "spec", node2Name: "namespace"}
 
 	if !t.Run("the DaemonSet runs on both nodes; each plugin removes only its own node's taint", func(t *testing.T) {
-		holdHost(t, false)
+		hostLock.hold(t, false)
 		installStart := time.Now()
 		h.run(t, append(append([]string{"install", pluginRelease}, chartRef...), "-n", pluginNamespace, "--create-namespace", "-f", valuesFile)...)
 		k.waitPluginReadyOn(t, k8sNodeName, 3*time.Minute)
@@ -547,7 +547,7 @@ func TestK8sTwoNodes(t *testing.T) {
 	})
 
 	t.Run("inheritFromHost gives the host's value on both nodes", func(t *testing.T) {
-		holdHost(t, true)
+		hostLock.hold(t, true)
 		const key = "net.ipv4.tcp_keepalive_probes"
 		kernelDefault := c.kernel[key]
 		hostValue := "7"

@@ -290,7 +290,7 @@ func explainApplied(t *testing.T, args ...string) (map[string]string, string) {
 // the values without the plugin for the others.
 func TestOperateExplainMatchesPlugin(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	keys := []string{"net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_keepalive_intvl", "net.core.somaxconn", "kernel.msgmax"}
 	for _, v := range []string{"1111", "2222", "3333"} {
 		checkMeaningful(t, map[string]string{"net.core.somaxconn": v})

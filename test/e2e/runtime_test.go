@@ -106,7 +106,7 @@ func lineWith(text, s string) string {
 // and a hostNetwork pod are still left alone.
 func TestPodStartedWhilePluginDownIsHealed(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	checkMeaningful(t, nodeDefaults)
 	keys := sortedKeys(nodeDefaults)
 	cfg := defaultsYAML(nodeDefaults) + "exclude:\n  namespaces: [e2e-heal-excluded]\n"

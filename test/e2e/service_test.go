@@ -120,7 +120,12 @@ func TestServiceContainerdRestart(t *testing.T) {
 // plugin_path and passes it the config text; the plugin gets no flags.
 func TestServicePreinstalled(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, true) // /dev/log and the default pod state directory (hostlock_test.go)
+	hostLock.hold(t, true) // /dev/log and the default pod state directory (hostlock_test.go)
+	// The pre-installed plugin keeps its pod state in the default
+	// directory: removed again, under the lock, if this test made it.
+	if !exists(defaultPodStateParent) {
+		t.Cleanup(func() { _ = os.RemoveAll(defaultPodStateParent) })
+	}
 	bin := pluginBinary(t)
 	checkMeaningful(t, serviceValuesB)
 	keys := sortedKeys(serviceValuesB)
@@ -323,7 +328,7 @@ func TestServiceReloadSIGHUP(t *testing.T) {
 	wantSysctls(t, "pod before the reload", podValues(t, "e2e-reload", keys...), serviceValuesA)
 	rewriteConfig(t, p.configPath, defaultsYAML(serviceValuesB))
 	sighup(t, p)
-	eventuallyPodValues(t, "e2e-reload", serviceValuesB, 5*time.Second)
+	eventuallyPodValues(t, "e2e-reload", serviceValuesB, 15*time.Second)
 	if !p.running() {
 		t.Fatalf("plugin exited after SIGHUP: %v", p.waitErr)
 	}
@@ -352,7 +357,7 @@ func TestServiceReloadBrokenConfig(t *testing.T) {
 	// Signal handling still works after a rejected reload.
 	rewriteConfig(t, p.configPath, defaultsYAML(serviceValuesC))
 	sighup(t, p)
-	eventuallyPodValues(t, "e2e-reload", serviceValuesC, 5*time.Second)
+	eventuallyPodValues(t, "e2e-reload", serviceValuesC, 15*time.Second)
 }
 
 // notifyListener is a unixgram socket standing in for systemd's

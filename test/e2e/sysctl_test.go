@@ -75,6 +75,7 @@ func only(m map[string]string, keys ...string) map[string]string {
 func checkMeaningful(t *testing.T, values map[string]string) {
 	t.Helper()
 	c := getCluster(t)
+	host := hostValuesNow(t, sortedKeys(values))
 	for _, k := range sortedKeys(values) {
 		kernel, ok := c.kernel[k]
 		if !ok {
@@ -83,11 +84,7 @@ func checkMeaningful(t *testing.T, values map[string]string) {
 		if values[k] == kernel {
 			t.Fatalf("test value %s=%s equals the value without plugin; pick another", k, values[k])
 		}
-		host, err := readHostSysctl(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if values[k] == host {
+		if values[k] == host[k] {
 			t.Fatalf("test value %s=%s equals the host's value; pick another", k, values[k])
 		}
 	}
@@ -97,7 +94,7 @@ func checkMeaningful(t *testing.T, values map[string]string) {
 // one plugin instance serves all subtests.
 func TestNodeDefaults(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	checkMeaningful(t, nodeDefaults)
 	plugin := startPlugin(t, defaultsYAML(nodeDefaults))
 	keys := sortedKeys(nodeDefaults)

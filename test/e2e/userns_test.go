@@ -20,7 +20,7 @@ import (
 // otherwise fail to start) and gives it to an ordinary pod.
 func TestUserNamespacePod(t *testing.T) {
 	c := getCluster(t)
-	holdHost(t, false) // compares the host's values (hostlock_test.go)
+	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
 	const key = "net.ipv4.ping_group_range"
 	const xfrmAcqExpires = "31"
 	if hostSysctl(t, "net.core.xfrm_acq_expires") == xfrmAcqExpires {
