@@ -155,6 +155,8 @@ func giveBack(k Key) Step {
 		return keep(k, "not the plugin's", w)
 	case w.HasBefore && same(k.Live, w.Before):
 		return forgetOnceLanded(k, Step{Key: k.Name, Action: Keep, Reason: "already back to " + quote(w.Before)}, w.Before)
+	case backAtFresh(k):
+		return forgetOnceLanded(k, Step{Key: k.Name, Action: Keep, Reason: "already back to " + quote(k.Fresh) + ", a fresh namespace's value"}, k.Fresh)
 	case changedByOther(k):
 		return Step{Key: k.Name, Action: LeaveToOther, Reason: "set to " + quote(k.Live) + " by another writer since the plugin set " + quote(w.Set), Forget: true}
 	case !k.Writable:
@@ -182,15 +184,27 @@ func forgetOnceLanded(k Key, s Step, back string) Step {
 }
 
 // changedByOther: the plugin set the key, and the live value is neither
-// what it set, nor what was there before its first write, nor a value of
-// its own that a container's spec landed late.
+// what it set, nor what was there before its first write (a fresh
+// namespace's value where that is unknown), nor a value of its own that a
+// container's spec landed late.
 func changedByOther(k Key) bool {
 	for _, v := range k.Landing {
 		if same(k.Live, v) {
 			return false
 		}
 	}
-	return k.Written.ChangedByOther(k.Live)
+	return !backAtFresh(k) && k.Written.ChangedByOther(k.Live)
+}
+
+// backAtFresh: the value before the plugin's is unknown (a spec-mode pod,
+// whose runtime wrote the plugin's value) and the live value is a fresh
+// namespace's, which stands for it. It is also what a pod holds when the
+// plugin's spec never landed: the plugin answered CreateContainer, and the
+// container's creation then failed (containerd restarted, a validator or
+// runc refused it), so its record says it set a value nobody wrote. That
+// is not another writer's value (make soak found such a pod left bare).
+func backAtFresh(k Key) bool {
+	return !k.Written.HasBefore && k.HasFresh && same(k.Live, k.Fresh)
 }
 
 // ChangedByOther tells whether live was set by another writer: the plugin

@@ -63,6 +63,21 @@ func TestPlan(t *testing.T) {
 			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: setOver("600", "7200")},
 		},
 		{
+			name: "a spec-mode value that never landed (the container's creation failed): written, not left to another writer",
+			key:  withFresh(wanted("600", "7200", set("600")), "7200"),
+			want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: set("600")},
+		},
+		{
+			name: "a fresh namespace's value stands for an unknown value before only: known, it decides",
+			key:  withFresh(wanted("650", "7200", setOver("600", "100")), "7200"),
+			want: Step{Action: LeaveToOther, Reason: `set to "7200" by another writer since the plugin set "600"`, Remember: setOver("600", "100")},
+		},
+		{
+			name: "a spec-mode key that left the config, at a fresh namespace's value: nothing to put back, forgotten",
+			key:  withFresh(Key{Name: "net.ipv4.tcp_keepalive_time", Live: "7200", Written: set("600"), Writable: true}, "7200"),
+			want: Step{Action: Keep, Reason: `already back to "7200", a fresh namespace's value`, Forget: true},
+		},
+		{
 			name: "another writer changed a spec-mode value: left",
 			key:  wanted("650", "900", set("600")),
 			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: set("600")},
@@ -210,4 +225,9 @@ func TestActionNames(t *testing.T) {
 			t.Errorf("action %d has no name", a)
 		}
 	}
+}
+
+func withFresh(k Key, fresh string) Key {
+	k.Fresh, k.HasFresh = fresh, true
+	return k
 }
