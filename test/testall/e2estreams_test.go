@@ -46,17 +46,25 @@ type e2eRun struct {
 	err    error
 }
 
-func runE2EScript(t *testing.T, env ...string) e2eRun {
+// fakeGoDir makes a directory with the fake go in it; it returns the
+// repository's root, the directory and the fake's path.
+func fakeGoDir(t *testing.T) (root, dir, goPath string) {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	goPath := filepath.Join(dir, "go")
+	dir = t.TempDir()
+	goPath = filepath.Join(dir, "go")
 	if err := os.WriteFile(goPath, []byte(fakeGo), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return root, dir, goPath
+}
+
+func runE2EScript(t *testing.T, env ...string) e2eRun {
+	t.Helper()
+	root, dir, goPath := fakeGoDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "test", "e2e.sh"), "v1 v2 v3 v4 v5", "v1 v3", "^(TestA|TestB)$")
@@ -150,15 +158,7 @@ func TestE2EStreams(t *testing.T) {
 
 // TestE2EStreamsStopped: SIGTERM to e2e.sh stops both streams' processes.
 func TestE2EStreamsStopped(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	goPath := filepath.Join(dir, "go")
-	if err := os.WriteFile(goPath, []byte(fakeGo), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root, dir, goPath := fakeGoDir(t)
 	// Both streams' first lines hang: HANG names one, so the script runs
 	// each through a go whose HANG is its own line.
 	wrapper := filepath.Join(dir, "go-hang")
