@@ -74,7 +74,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a spec-mode key that left the config, at a fresh namespace's value: nothing to put back, forgotten",
-			key:  withFresh(Key{Name: "net.ipv4.tcp_keepalive_time", Live: "7200", Written: set("600"), Writable: true}, "7200"),
+			key:  unwanted("7200", set("600")),
 			want: Step{Action: Keep, Reason: `already back to "7200", a fresh namespace's value`, Forget: true},
 		},
 		{
