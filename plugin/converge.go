@@ -257,12 +257,13 @@ type freshCache struct {
 	tried  map[string]bool
 }
 
-// fill gives each key that needs it a fresh namespace's value, reading the
-// keys not read yet in this pass.
+// fill gives each key that needs it (converge.NeedsFresh, so its live
+// value is read first) a fresh namespace's value, reading the keys not
+// read yet in this pass.
 func (f *freshCache) fill(keys []converge.Key) {
 	var missing []string
 	for _, k := range keys {
-		if !k.Wanted && k.Written.HasSet && !k.Written.HasBefore && !f.tried[k.Name] {
+		if converge.NeedsFresh(k) && !f.tried[k.Name] {
 			missing = append(missing, k.Name)
 		}
 	}
@@ -272,7 +273,7 @@ func (f *freshCache) fill(keys []converge.Key) {
 		}
 		got, err := f.read(missing)
 		if err != nil {
-			f.log.WithError(err).Warn("cannot read a fresh namespace's values: keys that leave the config stay where the plugin's value before is unknown")
+			f.log.WithError(err).Warn("cannot read a fresh namespace's values: where the value before the plugin's is unknown, a key at a value not the plugin's stays as it is")
 		}
 		for _, name := range missing {
 			f.tried[name] = true
@@ -333,7 +334,6 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		keys[i].Landing = landing[keys[i].Name]
 		keys[i].StillLanding = landingUntil.After(now) && len(keys[i].Landing) > 0
 	}
-	fresh.fill(keys)
 	if len(keys) == 0 {
 		next, wait := p.replaceRecord(rec, mark, cur, sb, nil)
 		if next == nil {
@@ -358,6 +358,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		k.Live = v.Value
 		readable = append(readable, k)
 	}
+	fresh.fill(readable)
 	steps := converge.Plan(readable)
 	// The pod's record moves to cur before the writes: a container
 	// decided from here on carries what the pass writes, not the older
@@ -457,6 +458,12 @@ func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[s
 	for _, s := range rec.setByPlugin() {
 		memory[s.Key()] = converge.Written{Set: s.Value(), HasSet: true}
 	}
+	for k, v := range rec.valuesBefore() {
+		if w, ok := memory[k]; ok {
+			w.Before, w.HasBefore = v, true
+			memory[k] = w
+		}
+	}
 	return memory, nil
 }
 
@@ -552,6 +559,7 @@ func (p *plugin) replaceRecord(old *podRecord, mark time.Time, cur *loaded, sb *
 	own, looked := old.cachedOwn()
 	next.own, next.lookedUp = own, looked
 	next.written = old.setByPlugin()
+	next.before, next.answered = old.valuesBefore(), true
 	next.writes = writeDone
 	next.leftToOther = others
 	switch swapped, changed := p.records.replace(old, next, time.Now(), mark); {

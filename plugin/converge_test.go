@@ -333,6 +333,56 @@ func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
 	}
 }
 
+// A spec-mode container whose creation failed after the plugin answered
+// (containerd restarted, a later plugin or the validator refused it) never
+// had its values written, so the pod holds its values before the plugin's
+// while the plugin's record says it set its own. Those are no other
+// writer's: the next pass writes the defaults and the pod's next container
+// still carries them (make soak found such a pod's next container started
+// bare). One value is the runtime's, set as it made the pod, not a fresh
+// namespace's (as containerd sets ip_unprivileged_port_start): the values
+// read at RunPodSandbox tell it.
+func TestConvergeWritesWhereTheSpecNeverLanded(t *testing.T) {
+	p, ns := newConvergeTest(t, "mode: spec\n"+testConfig, t.TempDir(), nil)
+	ns.values["net.ipv4.tcp_keepalive_intvl"] = "30" // the runtime's
+	pod := runningPod("never-landed", "network", "ipc", "uts")
+	if _, err := p.Synchronize(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RunPodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod's values before the plugin's", func() bool { return p.record(pod).valuesBefore() != nil })
+	failed, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := failed.GetLinux().GetSysctl()
+	if len(want) == 0 {
+		t.Fatal("the first container got no sysctls: the case is not exercised")
+	}
+	// Its creation fails: nothing writes the spec's values into the pod.
+	reload(t, p, "mode: spec\n"+testConfig)
+	p.convergePass(context.Background())
+	var wrote []string
+	for k, v := range want {
+		wrote = append(wrote, k+"="+v)
+	}
+	sort.Strings(wrote)
+	if got := ns.takeWrites(); got != strings.Join(wrote, ",") {
+		t.Errorf("the pass wrote %q, want the defaults %q", got, strings.Join(wrote, ","))
+	}
+	next, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range want {
+		if got := next.GetLinux().GetSysctl()[k]; got != v {
+			t.Errorf("the next container's %s = %q, want %q (not left to another writer)", k, got, v)
+		}
+	}
+}
+
 // A spec-mode container decided under the config before a reload has its
 // sysctls written by runc when it starts, which can be after its pod
 // converged: its older value is the plugin's own, not another writer's,
@@ -576,5 +626,22 @@ func TestConvergeRetriesAPodDecidedDuringItsPlan(t *testing.T) {
 	next, wait = p.replaceRecord(old, p.records.landsBy(old), p.current.Load(), pod, nil)
 	if next == nil || wait != 0 || len(next.landing) != 1 || next.landing[0] != old {
 		t.Errorf("replaceRecord with the mark read again: a record %t, wait %v; want one keeping the old one as landing", next != nil, wait)
+	}
+}
+
+// A pod's values read after one of its containers was answered may hold
+// what runc wrote from that container's spec: they are not kept as its
+// values before the plugin's.
+func TestValuesBeforeOnlyUntilTheFirstAnswer(t *testing.T) {
+	rec := &podRecord{}
+	rec.noteBefore(map[string]string{"net.ipv4.tcp_keepalive_time": "7200"})
+	if got := rec.valuesBefore()["net.ipv4.tcp_keepalive_time"]; got != "7200" {
+		t.Fatalf("read before any answer: kept %q, want 7200", got)
+	}
+	late := &podRecord{}
+	late.noteSetOnSpec([]sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", "600")})
+	late.noteBefore(map[string]string{"net.ipv4.tcp_keepalive_time": "600"})
+	if got := late.valuesBefore(); got != nil {
+		t.Errorf("read after the pod's first answer: kept %v, want nothing", got)
 	}
 }

@@ -230,10 +230,42 @@ func (p *plugin) writePodSandbox(ctx context.Context, rec *podRecord) error {
 
 // prefetch looks a spec-mode pod up at RunPodSandbox, while the runtime
 // finishes starting it; no request deadline covers it.
-func (p *plugin) prefetch(rec *podRecord) {
+func (p *plugin) prefetch(rec *podRecord, sb *api.PodSandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), prefetchTimeout)
 	defer cancel()
-	_, _ = p.ownSysctls(ctx, rec)
+	if own, ok := p.ownSysctls(ctx, rec); ok {
+		p.readBefore(rec, sb, own)
+	}
+}
+
+// readBefore reads a spec-mode pod's values of the keys the plugin would
+// set in it, as its values before the plugin's (podRecord.noteBefore).
+func (p *plugin) readBefore(rec *podRecord, sb *api.PodSandbox, own podsysctl.PodSysctls) {
+	if sb.GetPid() <= 0 {
+		return
+	}
+	d := rec.cfg.policy.Decide(policy.Input{Pod: rec.pod, PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: rec.cfg.mode.Writer()})
+	if len(d.Apply) == 0 {
+		return
+	}
+	names := make([]string, len(d.Apply))
+	for i, s := range d.Apply {
+		names[i] = s.Key()
+	}
+	_, target := readSandbox(sb, true)
+	pidfd, err := podns.OpenPidfd(int(sb.GetPid()))
+	if err != nil {
+		return
+	}
+	defer closeFd(pidfd)
+	target.HeldBy(podns.Process{Pid: int(sb.GetPid()), Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
+	values := map[string]string{}
+	for name, v := range p.readNamespaces(target, names) {
+		if v.Err == nil {
+			values[name] = v.Value
+		}
+	}
+	rec.noteBefore(values)
 }
 
 // appliedOrNothing is the outcome of a container that got what it was given.

@@ -84,7 +84,8 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 
 // RunPodSandbox writes the pod's sysctls into its namespaces in namespace
 // mode, before any app container exists. In spec mode it starts looking
-// the pod up, while the runtime finishes starting it.
+// the pod up and reading its values before the plugin's, while the runtime
+// finishes starting it.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if !p.requests.enter() {
 		// Leaving: the connection closes while this waits (leave.go).
@@ -100,7 +101,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 	if rec.cfg.mode != runtimemode.Namespace {
-		go p.prefetch(rec)
+		go p.prefetch(rec, pod)
 		return nil
 	}
 	return answerInTime(ctx, p, func(ctx context.Context) error {

@@ -52,6 +52,13 @@ type podRecord struct {
 	// namespaces (namespace mode, a convergence), or in spec mode what it
 	// put on the last container's spec, which runc wrote there.
 	written []sysctl.Sysctl
+	// before (spec mode): the pod's values of the keys the plugin may set,
+	// read at RunPodSandbox and kept only if none of its containers was
+	// answered by then (answered), so runc had written none of the
+	// plugin's: the values to put back, and proof that a value the plugin
+	// put on a spec that never landed is no other writer's.
+	before   map[string]string
+	answered bool
 	// leftToOther: keys a convergence found set by another writer in the
 	// running pod; its next container's spec leaves them out, so that
 	// runc does not overwrite them. Fixed when the record is made.
@@ -331,8 +338,26 @@ func (r *podRecord) noteConverged(written []sysctl.Sysctl) {
 // mode).
 func (r *podRecord) noteSetOnSpec(applied []sysctl.Sysctl) {
 	r.mu.Lock()
-	r.written = applied
+	r.written, r.answered = applied, true
 	r.mu.Unlock()
+}
+
+// noteBefore keeps values read in the pod as its values before the
+// plugin's, unless one of its containers was answered meanwhile: runc may
+// then have written the plugin's values before the read.
+func (r *podRecord) noteBefore(values map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.answered {
+		r.before = values
+	}
+}
+
+// valuesBefore is what noteBefore kept (nil if nothing).
+func (r *podRecord) valuesBefore() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.before
 }
 
 // setByPlugin is what this run of the plugin set in the pod, in either mode.

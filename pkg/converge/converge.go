@@ -207,6 +207,18 @@ func backAtFresh(k Key) bool {
 	return !k.Written.HasBefore && k.HasFresh && same(k.Live, k.Fresh)
 }
 
+// NeedsFresh tells whether deciding k may read a fresh namespace's value:
+// the plugin set the key with its value before unknown, and either the key
+// goes back or its live value is neither the plugin's nor the one wanted.
+// The caller reads fresh values only for these keys, after their live ones.
+func NeedsFresh(k Key) bool {
+	w := k.Written
+	if k.PodOwn || !w.HasSet || w.HasBefore {
+		return false
+	}
+	return !k.Wanted || (!same(k.Live, k.Want) && !same(k.Live, w.Set))
+}
+
 // ChangedByOther tells whether live was set by another writer: the plugin
 // set the key, and live is neither what it set nor what was there before
 // its first write. audit reads live values by the same rule.

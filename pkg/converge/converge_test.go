@@ -26,143 +26,146 @@ func landing(k Key, values ...string) Key {
 	return k
 }
 
+// planCases are the decisions TestPlan checks, one key each.
+var planCases = []struct {
+	name string
+	key  Key
+	want Step
+}{
+	{
+		name: "a pod running before the plugin: written, its value kept to go back to",
+		key:  wanted("600", "7200", Written{}),
+		want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: setOver("600", "7200")},
+	},
+	{
+		name: "a reload: the plugin's own value is replaced, the value before kept",
+		key:  wanted("650", "600", setOver("600", "7200")),
+		want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: setOver("650", "7200")},
+	},
+	{
+		name: "a spec-mode value the runtime wrote: replaced, the value before still unknown",
+		key:  wanted("650", "600", set("600")),
+		want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: set("650")},
+	},
+	{
+		name: "converged already: nothing written, the plugin holds the value from now on",
+		key:  wanted("600", "600", Written{}),
+		want: Step{Action: Keep, Reason: "converged", Remember: set("600")},
+	},
+	{
+		name: "converged, the kernel printing tabs",
+		key:  Key{Name: "net.ipv4.tcp_rmem", Want: "4096 131072 6291456", Wanted: true, Live: "4096\t131072\t6291456", Written: set("4096 131072 6291456"), Writable: true},
+		want: Step{Key: "net.ipv4.tcp_rmem", Action: Keep, Reason: "converged", Remember: set("4096 131072 6291456")},
+	},
+	{
+		name: "another writer changed the plugin's value: left",
+		key:  wanted("650", "900", setOver("600", "7200")),
+		want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: setOver("600", "7200")},
+	},
+	{
+		name: "a spec-mode value that never landed (the container's creation failed): written, not left to another writer",
+		key:  withFresh(wanted("600", "7200", set("600")), "7200"),
+		want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: set("600")},
+	},
+	{
+		name: "a fresh namespace's value stands for an unknown value before only: known, it decides",
+		key:  withFresh(wanted("650", "7200", setOver("600", "100")), "7200"),
+		want: Step{Action: LeaveToOther, Reason: `set to "7200" by another writer since the plugin set "600"`, Remember: setOver("600", "100")},
+	},
+	{
+		name: "a spec-mode key that left the config, at a fresh namespace's value: nothing to put back, forgotten",
+		key:  unwanted("7200", set("600")),
+		want: Step{Action: Keep, Reason: `already back to "7200", a fresh namespace's value`, Forget: true},
+	},
+	{
+		name: "another writer changed a spec-mode value: left",
+		key:  wanted("650", "900", set("600")),
+		want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: set("600")},
+	},
+	{
+		name: "back at the value before the plugin's write: written again",
+		key:  wanted("650", "7200", setOver("600", "7200")),
+		want: Step{Action: Write, Value: "650", Reason: `"7200" -> "650"`, Remember: setOver("650", "7200")},
+	},
+	{
+		name: "the pod's own value: never touched, even where the plugin would write",
+		key:  Key{Name: keepalive, Want: "600", Wanted: true, Live: "30", PodOwn: true, Writable: true},
+		want: Step{Action: Keep, Reason: "the pod sets it itself"},
+	},
+	{
+		name: "a user-namespace pod's key the writer cannot reach",
+		key:  Key{Name: "kernel.msgmax", Want: "65536", Wanted: true, Live: "8192"},
+		want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "the writer cannot set it in this pod's namespace"},
+	},
+	{
+		name: "a key that left the config goes back to its value before",
+		key:  unwanted("600", setOver("600", "7000")),
+		want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Forget: true},
+	},
+	{
+		name: "a spec-mode key that left the config goes back to a fresh namespace's value",
+		key:  unwanted("600", set("600")),
+		want: Step{Action: Restore, Value: "7200", Reason: `no longer managed: back to "7200", a fresh namespace's value (the value before the plugin's is unknown)`, Forget: true},
+	},
+	{
+		name: "a key that left the config, no value before and none fresh: reported, kept in memory",
+		key:  Key{Name: "net.ipv4.conf.eth0.rp_filter", Live: "2", Written: set("2"), Writable: true},
+		want: Step{Key: "net.ipv4.conf.eth0.rp_filter", Action: CannotConverge, Reason: "no longer managed, and neither its value before the plugin's nor a fresh namespace's is known", Remember: set("2")},
+	},
+	{
+		name: "a key that left the config, changed by another writer: left, forgotten",
+		key:  unwanted("900", setOver("600", "7200")),
+		want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Forget: true},
+	},
+	{
+		name: "a key that left the config, already back",
+		key:  unwanted("7200", setOver("600", "7200")),
+		want: Step{Action: Keep, Reason: `already back to "7200"`, Forget: true},
+	},
+	{
+		name: "a key the plugin never set, no longer wanted: not the plugin's",
+		key:  unwanted("600", Written{}),
+		want: Step{Action: Keep, Reason: "not the plugin's"},
+	},
+	{
+		name: "a key that left the config where the writer cannot reach",
+		key:  Key{Name: "kernel.msgmax", Live: "65536", Written: setOver("65536", "8192")},
+		want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "no longer managed, and the writer cannot put it back in this pod's namespace", Remember: setOver("65536", "8192")},
+	},
+	{
+		name: "a container decided before the last write landed the plugin's older value: the plugin's own, written again",
+		key:  landing(wanted("650", "600", setOver("650", "7200")), "600"),
+		want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: setOver("650", "7200")},
+	},
+	{
+		name: "another writer's value is not made the plugin's by a landing one",
+		key:  landing(wanted("650", "900", setOver("650", "7200")), "600"),
+		want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "650"`, Remember: setOver("650", "7200")},
+	},
+	{
+		name: "a key that left the config, put back while the plugin's value may still land: kept in memory",
+		key:  landing(unwanted("600", setOver("600", "7000")), "600"),
+		want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Remember: setOver("600", "7000")},
+	},
+	{
+		name: "a key put back to a fresh value while the plugin's may still land: that value kept as the one before",
+		key:  landing(unwanted("600", set("600")), "600"),
+		want: Step{Action: Restore, Value: "7200", Reason: `no longer managed: back to "7200", a fresh namespace's value (the value before the plugin's is unknown)`, Remember: setOver("600", "7200")},
+	},
+	{
+		name: "a key already back while the plugin's value may still land: kept in memory",
+		key:  landing(unwanted("7000", setOver("600", "7000")), "600"),
+		want: Step{Action: Keep, Reason: `already back to "7000"`, Remember: setOver("600", "7000")},
+	},
+	{
+		name: "the plugin's value landed late on a key put back, nothing to land after: put back, forgotten",
+		key:  Key{Name: keepalive, Live: "600", Written: setOver("600", "7000"), Writable: true, Landing: []string{"600"}},
+		want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Forget: true},
+	},
+}
+
 func TestPlan(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		key  Key
-		want Step
-	}{
-		{
-			name: "a pod running before the plugin: written, its value kept to go back to",
-			key:  wanted("600", "7200", Written{}),
-			want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: setOver("600", "7200")},
-		},
-		{
-			name: "a reload: the plugin's own value is replaced, the value before kept",
-			key:  wanted("650", "600", setOver("600", "7200")),
-			want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: setOver("650", "7200")},
-		},
-		{
-			name: "a spec-mode value the runtime wrote: replaced, the value before still unknown",
-			key:  wanted("650", "600", set("600")),
-			want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: set("650")},
-		},
-		{
-			name: "converged already: nothing written, the plugin holds the value from now on",
-			key:  wanted("600", "600", Written{}),
-			want: Step{Action: Keep, Reason: "converged", Remember: set("600")},
-		},
-		{
-			name: "converged, the kernel printing tabs",
-			key:  Key{Name: "net.ipv4.tcp_rmem", Want: "4096 131072 6291456", Wanted: true, Live: "4096\t131072\t6291456", Written: set("4096 131072 6291456"), Writable: true},
-			want: Step{Key: "net.ipv4.tcp_rmem", Action: Keep, Reason: "converged", Remember: set("4096 131072 6291456")},
-		},
-		{
-			name: "another writer changed the plugin's value: left",
-			key:  wanted("650", "900", setOver("600", "7200")),
-			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: setOver("600", "7200")},
-		},
-		{
-			name: "a spec-mode value that never landed (the container's creation failed): written, not left to another writer",
-			key:  withFresh(wanted("600", "7200", set("600")), "7200"),
-			want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: set("600")},
-		},
-		{
-			name: "a fresh namespace's value stands for an unknown value before only: known, it decides",
-			key:  withFresh(wanted("650", "7200", setOver("600", "100")), "7200"),
-			want: Step{Action: LeaveToOther, Reason: `set to "7200" by another writer since the plugin set "600"`, Remember: setOver("600", "100")},
-		},
-		{
-			name: "a spec-mode key that left the config, at a fresh namespace's value: nothing to put back, forgotten",
-			key:  unwanted("7200", set("600")),
-			want: Step{Action: Keep, Reason: `already back to "7200", a fresh namespace's value`, Forget: true},
-		},
-		{
-			name: "another writer changed a spec-mode value: left",
-			key:  wanted("650", "900", set("600")),
-			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Remember: set("600")},
-		},
-		{
-			name: "back at the value before the plugin's write: written again",
-			key:  wanted("650", "7200", setOver("600", "7200")),
-			want: Step{Action: Write, Value: "650", Reason: `"7200" -> "650"`, Remember: setOver("650", "7200")},
-		},
-		{
-			name: "the pod's own value: never touched, even where the plugin would write",
-			key:  Key{Name: keepalive, Want: "600", Wanted: true, Live: "30", PodOwn: true, Writable: true},
-			want: Step{Action: Keep, Reason: "the pod sets it itself"},
-		},
-		{
-			name: "a user-namespace pod's key the writer cannot reach",
-			key:  Key{Name: "kernel.msgmax", Want: "65536", Wanted: true, Live: "8192"},
-			want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "the writer cannot set it in this pod's namespace"},
-		},
-		{
-			name: "a key that left the config goes back to its value before",
-			key:  unwanted("600", setOver("600", "7000")),
-			want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Forget: true},
-		},
-		{
-			name: "a spec-mode key that left the config goes back to a fresh namespace's value",
-			key:  unwanted("600", set("600")),
-			want: Step{Action: Restore, Value: "7200", Reason: `no longer managed: back to "7200", a fresh namespace's value (the value before the plugin's is unknown)`, Forget: true},
-		},
-		{
-			name: "a key that left the config, no value before and none fresh: reported, kept in memory",
-			key:  Key{Name: "net.ipv4.conf.eth0.rp_filter", Live: "2", Written: set("2"), Writable: true},
-			want: Step{Key: "net.ipv4.conf.eth0.rp_filter", Action: CannotConverge, Reason: "no longer managed, and neither its value before the plugin's nor a fresh namespace's is known", Remember: set("2")},
-		},
-		{
-			name: "a key that left the config, changed by another writer: left, forgotten",
-			key:  unwanted("900", setOver("600", "7200")),
-			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "600"`, Forget: true},
-		},
-		{
-			name: "a key that left the config, already back",
-			key:  unwanted("7200", setOver("600", "7200")),
-			want: Step{Action: Keep, Reason: `already back to "7200"`, Forget: true},
-		},
-		{
-			name: "a key the plugin never set, no longer wanted: not the plugin's",
-			key:  unwanted("600", Written{}),
-			want: Step{Action: Keep, Reason: "not the plugin's"},
-		},
-		{
-			name: "a key that left the config where the writer cannot reach",
-			key:  Key{Name: "kernel.msgmax", Live: "65536", Written: setOver("65536", "8192")},
-			want: Step{Key: "kernel.msgmax", Action: CannotConverge, Reason: "no longer managed, and the writer cannot put it back in this pod's namespace", Remember: setOver("65536", "8192")},
-		},
-		{
-			name: "a container decided before the last write landed the plugin's older value: the plugin's own, written again",
-			key:  landing(wanted("650", "600", setOver("650", "7200")), "600"),
-			want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: setOver("650", "7200")},
-		},
-		{
-			name: "another writer's value is not made the plugin's by a landing one",
-			key:  landing(wanted("650", "900", setOver("650", "7200")), "600"),
-			want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer since the plugin set "650"`, Remember: setOver("650", "7200")},
-		},
-		{
-			name: "a key that left the config, put back while the plugin's value may still land: kept in memory",
-			key:  landing(unwanted("600", setOver("600", "7000")), "600"),
-			want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Remember: setOver("600", "7000")},
-		},
-		{
-			name: "a key put back to a fresh value while the plugin's may still land: that value kept as the one before",
-			key:  landing(unwanted("600", set("600")), "600"),
-			want: Step{Action: Restore, Value: "7200", Reason: `no longer managed: back to "7200", a fresh namespace's value (the value before the plugin's is unknown)`, Remember: setOver("600", "7200")},
-		},
-		{
-			name: "a key already back while the plugin's value may still land: kept in memory",
-			key:  landing(unwanted("7000", setOver("600", "7000")), "600"),
-			want: Step{Action: Keep, Reason: `already back to "7000"`, Remember: setOver("600", "7000")},
-		},
-		{
-			name: "the plugin's value landed late on a key put back, nothing to land after: put back, forgotten",
-			key:  Key{Name: keepalive, Live: "600", Written: setOver("600", "7000"), Writable: true, Landing: []string{"600"}},
-			want: Step{Action: Restore, Value: "7000", Reason: `no longer managed: back to "7000", its value before the plugin's first write`, Forget: true},
-		},
-	} {
+	for _, tc := range planCases {
 		t.Run(tc.name, func(t *testing.T) {
 			want := tc.want
 			if want.Key == "" {
@@ -230,4 +233,39 @@ func TestActionNames(t *testing.T) {
 func withFresh(k Key, fresh string) Key {
 	k.Fresh, k.HasFresh = fresh, true
 	return k
+}
+
+// The caller reads a fresh namespace's values only for the keys NeedsFresh
+// names: every other key must decide the same without them. A spec-mode
+// key whose value never landed is one that needs it (make soak found such
+// a pod left bare when it was not read).
+func TestNeedsFresh(t *testing.T) {
+	for _, tc := range planCases {
+		if NeedsFresh(tc.key) {
+			continue
+		}
+		stripped := tc.key
+		stripped.Fresh, stripped.HasFresh = "", false
+		if got, want := Plan([]Key{stripped}), Plan([]Key{tc.key}); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: NeedsFresh is false, but the fresh value decides it:\n without %+v\n    with %+v", tc.name, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		key  Key
+		want bool
+	}{
+		{"a spec-mode value that never landed", wanted("600", "7200", set("600")), true},
+		{"a spec-mode value another writer changed", wanted("600", "900", set("600")), true},
+		{"a spec-mode value in force", wanted("600", "600", set("600")), false},
+		{"a spec-mode value a reload replaces", wanted("650", "600", set("600")), false},
+		{"a spec-mode key that left the config", unwanted("600", set("600")), true},
+		{"the value before is known", wanted("650", "7200", setOver("600", "7200")), false},
+		{"never set by the plugin", wanted("600", "7200", Written{}), false},
+		{"the pod's own", Key{Name: keepalive, Want: "600", Wanted: true, Live: "30", Written: set("600"), PodOwn: true}, false},
+	} {
+		if got := NeedsFresh(tc.key); got != tc.want {
+			t.Errorf("%s: NeedsFresh = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -195,3 +195,39 @@ func TestConvergeContainerStartedAfterAReload(t *testing.T) {
 		t.Errorf("the host's %s changed: %q, was %q", key, v, hostBefore)
 	}
 }
+
+// TestConvergeContainerNeverStarted: a spec-mode container the plugin
+// answered for and that never started (removed here, as when its creation fails after
+// the plugin: containerd restarted, a later plugin refused it) leaves its
+// pod at the kernel's values while the plugin's record says
+// it set its own. The pass after a reload must not take them for another
+// writer's: the pod's next container has the defaults, read inside it
+// (make soak found it started bare). The pass is awaited by its counters.
+func TestConvergeContainerNeverStarted(t *testing.T) {
+	c := getCluster(t)
+	checkMeaningful(t, nodeDefaults)
+	keys := sortedKeys(nodeDefaults)
+	addr := freeAddress(t)
+	plugin := startPlugin(t, defaultsYAML(nodeDefaults), "--pod-state-dir", filepath.Join(t.TempDir(), "pods"), "--metrics-address", addr)
+	if mode := pluginMode(plugin); mode != "spec" {
+		t.Skipf("mode %s: the plugin writes the pod itself at RunPodSandbox, so no container's failure can mislead its record", mode)
+	}
+	pod := runPod(t, PodSpec{Name: "never-started", Namespace: "e2e-converge-never"})
+	unstarted := createContainer(t, pod, "app-0")
+	if out, err := c.crictlRaw("rm", unstarted); err != nil {
+		t.Fatalf("crictl rm %s: %v\n%s", unstarted, err, out)
+	}
+	const written, left = `nri_sysctl_converge_keys_total{result="written"}`, `nri_sysctl_converge_keys_total{result="left_to_other"}`
+	before := scrape(t, addr)
+	rewriteConfig(t, plugin.configPath, "# reloaded\n"+defaultsYAML(nodeDefaults))
+	sighup(t, plugin)
+	waitUntil(t, 20*time.Second, "the reload's pass to act on the pod", func() (bool, string) {
+		m := scrape(t, addr)
+		return m[written] > before[written] || m[left] > before[left], fmt.Sprintf("written %v, left to another writer %v", m[written], m[left])
+	})
+	next := runContainer(t, pod, "app-1")
+	wantSysctls(t, "the next container", readSysctls(t, next, keys...), nodeDefaults)
+	if m := scrape(t, addr); m[left] != before[left] {
+		t.Errorf("the pass left %v key(s) to another writer; nothing but the plugin wrote the pod", m[left]-before[left])
+	}
+}
