@@ -411,8 +411,8 @@ bench-smoke: build
 ## supervisor, containerd restarted twice, good and refused reloads, the
 ## profiles attacker (test/e2e/soak_test.go). Fails on a container with
 ## wrong values, one started bare after a SIGTERM, or a bare one no SIGKILL
-## explains. Not yet part of test-all: it still finds containers started
-## bare after a SIGTERM (docs/benchmarks.md, "Soak").
+## explains. Part of test-all; its failures are restated at the end of its
+## output.
 SOAK_DURATION ?= 2m
 soak: build
 	NRI_SYSCTL_SOAK=$(SOAK_DURATION) NRI_SYSCTL_CONTAINERD_VERSION=v2.4.2 $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/e2e/

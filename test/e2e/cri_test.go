@@ -204,9 +204,23 @@ func runPod(t *testing.T, spec PodSpec) *Pod {
 }
 
 // removePod stops and removes a pod; errors are only logged.
+//
+// Its containers are removed before it, as the kubelet does: containerd's
+// RemovePodSandbox (every line here, 1.7.35 to 2.4.2) removes the
+// containers left in a pod while it blocks NRI's plugin sync, and each
+// removal blocks it again; a plugin registering in between deadlocks
+// containerd's CRI (make soak, whose plugin restarts while pods go, met
+// it).
 func (c *cluster) removePod(id string) {
 	if _, err := c.crictlRaw("stopp", id); err != nil {
 		logf("stop pod %s: %v", id, err)
+	}
+	if out, err := c.crictlRaw("ps", "-a", "-q", "--pod", id); err != nil {
+		logf("list the containers of pod %s: %v", id, err)
+	} else if ids := strings.Fields(out); len(ids) > 0 {
+		if _, err := c.crictlRaw(append([]string{"rm", "-f"}, ids...)...); err != nil {
+			logf("remove the containers of pod %s: %v", id, err)
+		}
 	}
 	if _, err := c.crictlRaw("rmp", "-f", id); err != nil {
 		logf("remove pod %s: %v", id, err)

@@ -75,19 +75,55 @@ type soakRun struct {
 	peakFDs    int
 	plugin     *pluginProc
 	starts     int
+	failures   *soakFailures
 }
+
+// soakFailures keeps the first line of each failure to restate them when
+// the test ends: its cleanup is registered first, so it runs last, after
+// the harness's logs, in the tail of the output that a CI report shows.
+type soakFailures struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// errorf fails the test and keeps the message's first line.
+func (r *soakRun) errorf(format string, args ...any) {
+	r.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	r.t.Error(msg)
+	first, _, _ := strings.Cut(msg, "\n")
+	r.failures.mu.Lock()
+	r.failures.lines = append(r.failures.lines, first)
+	r.failures.mu.Unlock()
+}
+
+// restate logs the kept failures, at most soakRestated of them.
+func (f *soakFailures) restate(t *testing.T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.lines) == 0 {
+		return
+	}
+	shown := f.lines[:min(len(f.lines), soakRestated)]
+	t.Logf("soak failures (%d; the first %d, each in full above):\n  %s", len(f.lines), len(shown), strings.Join(shown, "\n  "))
+}
+
+// soakRestated bounds the failures restated at the end.
+const soakRestated = 8
 
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv(soakEnv))
 	if err != nil || d <= 0 {
 		t.Skipf("set %s to a duration (make soak) to run the soak", soakEnv)
 	}
+	failures := &soakFailures{}
+	t.Cleanup(func() { failures.restate(t) })
 	c := getCluster(t)
 	skipWithoutDefaultValidator(t, c)
 	checkMeaningful(t, nodeDefaults)
 	c.imports = []string{failClosedDropIn(c)}
 	restartContainerdFor(t, "", func() { c.imports = nil })
-	r := &soakRun{t: t, c: c, cfgPath: writePluginConfig(t, soakConfig(0))}
+	r := &soakRun{t: t, c: c, cfgPath: writePluginConfig(t, soakConfig(0)), failures: failures}
 	r.args = pluginArgs(c, r.cfgPath, []string{"--last-good-config", filepath.Join(c.workDir, c.nextID("last-good")+".yaml"), "--log-level", "info"})
 	t.Cleanup(func() { inParallel(r.podIDs, c.removePod) })
 
@@ -317,7 +353,7 @@ func (r *soakRun) restartContainerdKeepingPods() {
 	c := r.c
 	stopProcess(c.cmd.Process.Pid, c.exited, 15*time.Second)
 	if err := c.startContainerd(); err != nil {
-		r.t.Errorf("restart containerd: %v", err)
+		r.errorf("restart containerd: %v", err)
 	}
 }
 
@@ -370,7 +406,7 @@ func (r *soakRun) judge(ctr soakContainer) {
 	switch {
 	case err != nil:
 		r.tally.unread++
-		t.Errorf("container %s: cannot read its values: %v", ctr.id, err)
+		r.errorf("container %s: cannot read its values: %v", ctr.id, err)
 	case sameValues(got, nodeDefaults):
 		r.tally.withDefaults++
 	case sameValues(got, only(c.kernel, keys...)):
@@ -381,14 +417,14 @@ func (r *soakRun) judge(ctr soakContainer) {
 				ctr.id, ctr.createStart.Format("15:04:05.000"), ctr.createEnd.Format("15:04:05.000"))
 		case r.sigtermBefore(ctr):
 			r.tally.bareAfterTerm++
-			t.Errorf("container %s started bare after a SIGTERM:\n%s", ctr.id, r.explainBare(ctr))
+			r.errorf("container %s started bare after a SIGTERM:\n%s", ctr.id, r.explainBare(ctr))
 		default:
 			r.tally.bareUnmatched++
-			t.Errorf("container %s started bare, with no SIGKILL during its creation:\n%s", ctr.id, r.explainBare(ctr))
+			r.errorf("container %s started bare, with no SIGKILL during its creation:\n%s", ctr.id, r.explainBare(ctr))
 		}
 	default:
 		r.tally.wrong++
-		t.Errorf("container %s has wrong values: %v, want the defaults %v or the kernel's %v", ctr.id, got, nodeDefaults, only(c.kernel, keys...))
+		r.errorf("container %s has wrong values: %v, want the defaults %v or the kernel's %v", ctr.id, got, nodeDefaults, only(c.kernel, keys...))
 	}
 }
 
@@ -416,7 +452,7 @@ func (r *soakRun) report() {
 	inParallel(r.live, r.judge)
 	stillLacking := r.tally.bare - bareBefore
 	if stillLacking > 0 {
-		t.Errorf("%d running container(s) still lack the defaults at the end: the plugin should have converged them once it was back", stillLacking)
+		r.errorf("%d running container(s) still lack the defaults at the end: the plugin should have converged them once it was back", stillLacking)
 	}
 	count := map[string]int{}
 	for _, f := range r.faults {
@@ -432,7 +468,7 @@ func (r *soakRun) report() {
 	t.Logf("  still lacking the defaults at the end: %d (of %d running)", stillLacking, len(r.live))
 	t.Logf("  plugin peak: %d KiB resident (VmHWM), %d open files", r.peakRSSKiB, r.peakFDs)
 	if len(r.containers) == 0 {
-		t.Error("no container was created")
+		r.errorf("no container was created")
 	}
 }
 
