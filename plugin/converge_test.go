@@ -26,9 +26,16 @@ import (
 // fakeNamespaces stands in for a running pod's namespaces: what
 // readNamespaces reads and writeNamespaces writes.
 type fakeNamespaces struct {
-	mu     sync.Mutex
-	values map[string]string
-	writes []string
+	mu         sync.Mutex
+	values     map[string]string
+	writes     []string
+	unreadable bool // every read fails
+}
+
+func (f *fakeNamespaces) setUnreadable(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unreadable = v
 }
 
 func (f *fakeNamespaces) read(_ podns.Target, keys []string) map[string]podns.Value {
@@ -36,7 +43,7 @@ func (f *fakeNamespaces) read(_ podns.Target, keys []string) map[string]podns.Va
 	defer f.mu.Unlock()
 	out := map[string]podns.Value{}
 	for _, k := range keys {
-		if v, ok := f.values[k]; ok {
+		if v, ok := f.values[k]; ok && !f.unreadable {
 			out[k] = podns.Value{Value: v}
 		} else {
 			out[k] = podns.Value{Err: os.ErrNotExist}
@@ -53,6 +60,20 @@ func (f *fakeNamespaces) write(_ podns.Target, list []sysctl.Sysctl) []podns.Wri
 		f.writes = append(f.writes, s.Key()+"="+s.Value())
 	}
 	return nil
+}
+
+// set and get stand for another writer and a reader inside the pod: the
+// plugin may read the fake meanwhile (the prefetch at RunPodSandbox).
+func (f *fakeNamespaces) set(key, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.values[key] = value
+}
+
+func (f *fakeNamespaces) get(key string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.values[key]
 }
 
 // takeWrites returns the writes since the last call, sorted.
@@ -144,7 +165,7 @@ func TestConvergeRunningPod(t *testing.T) {
 	dir := t.TempDir()
 	own := map[string]string{"net.ipv4.tcp_keepalive_probes": "3"}
 	p, ns := newConvergeTest(t, base+"  net.ipv4.tcp_keepalive_time: 600\n", dir, own)
-	ns.values["net.ipv4.tcp_keepalive_probes"] = "3" // the pod's own
+	ns.set("net.ipv4.tcp_keepalive_probes", "3") // the pod's own
 	pod := runningPod("c1", "network", "ipc", "uts")
 	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
 		t.Fatal(err)
@@ -166,7 +187,7 @@ func TestConvergeRunningPod(t *testing.T) {
 	}
 
 	// Another writer; then a restart of the plugin on the same state.
-	ns.values["net.ipv4.tcp_keepalive_intvl"] = "33"
+	ns.set("net.ipv4.tcp_keepalive_intvl", "33")
 	q, _ := newConvergeTest(t, base+"  net.ipv4.tcp_keepalive_time: 650\n", dir, own)
 	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
 	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
@@ -176,8 +197,8 @@ func TestConvergeRunningPod(t *testing.T) {
 	if got := ns.takeWrites(); got != "" {
 		t.Errorf("after a restart: wrote %q, want nothing (650 is the plugin's own, 33 another writer's)", got)
 	}
-	if ns.values["net.ipv4.tcp_keepalive_intvl"] != "33" {
-		t.Errorf("another writer's value overwritten: %q", ns.values["net.ipv4.tcp_keepalive_intvl"])
+	if ns.get("net.ipv4.tcp_keepalive_intvl") != "33" {
+		t.Errorf("another writer's value overwritten: %q", ns.get("net.ipv4.tcp_keepalive_intvl"))
 	}
 	// Nor does the pod's next container carry the plugin's value on its
 	// spec, which runc would write over the other writer's.
@@ -198,8 +219,8 @@ func TestConvergeRunningPod(t *testing.T) {
 	if got := ns.takeWrites(); got != "net.ipv4.tcp_keepalive_time=7200" {
 		t.Errorf("removed key: wrote %q, want net.ipv4.tcp_keepalive_time=7200", got)
 	}
-	if ns.values["net.ipv4.tcp_keepalive_probes"] != "3" {
-		t.Errorf("the pod's own value changed: %q", ns.values["net.ipv4.tcp_keepalive_probes"])
+	if ns.get("net.ipv4.tcp_keepalive_probes") != "3" {
+		t.Errorf("the pod's own value changed: %q", ns.get("net.ipv4.tcp_keepalive_probes"))
 	}
 
 	reload(t, q, "mode: spec\nrunningPods: keep\nsysctls:\n  net.ipv4.tcp_keepalive_time: 900\n")
@@ -220,7 +241,7 @@ func TestConvergeLeavesWhatIsNotThePlugins(t *testing.T) {
 	stopped := testPod("st", "network", "ipc")
 	stopped.Pid = 0
 	spec := runningPod("sp", "network", "ipc")
-	ns.values["net.ipv4.tcp_keepalive_time"] = "500" // an older config's, by its annotation
+	ns.set("net.ipv4.tcp_keepalive_time", "500") // an older config's, by its annotation
 	ctrs := []*api.Container{{PodSandboxId: "sp", Annotations: map[string]string{outcome.AnnotationInjected: "net.ipv4.tcp_keepalive_time=500"}}}
 	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{hostNet, excluded, stopped}, nil); err != nil {
 		t.Fatal(err)
@@ -309,22 +330,26 @@ func TestConvergeUserNamespacePod(t *testing.T) {
 
 // A key that leaves the config goes back to a fresh namespace's value when
 // the plugin never saw the pod's own: a spec-mode pod created under the
-// plugin, whose runtime wrote the plugin's values at its creation.
+// plugin, whose runtime wrote the plugin's values at its creation, and
+// whose values could not be read at RunPodSandbox.
 func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
 	p, ns := newConvergeTest(t, "mode: spec\n"+testConfig, t.TempDir(), nil)
 	pod := runningPod("fr", "network", "ipc", "uts")
 	if _, err := p.Synchronize(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	ns.setUnreadable(true)
 	if err := p.RunPodSandbox(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the read at RunPodSandbox", func() bool { return p.record(pod).valuesBefore() != nil })
+	ns.setUnreadable(false)
 	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range adj.GetLinux().GetSysctl() {
-		ns.values[k] = v // what runc writes from the spec
+		ns.set(k, v) // what runc writes from the spec
 	}
 	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
 	p.convergePass(context.Background())
@@ -344,7 +369,7 @@ func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
 // read at RunPodSandbox tell it.
 func TestConvergeWritesWhereTheSpecNeverLanded(t *testing.T) {
 	p, ns := newConvergeTest(t, "mode: spec\n"+testConfig, t.TempDir(), nil)
-	ns.values["net.ipv4.tcp_keepalive_intvl"] = "30" // the runtime's
+	ns.set("net.ipv4.tcp_keepalive_intvl", "30") // the runtime's
 	pod := runningPod("never-landed", "network", "ipc", "uts")
 	if _, err := p.Synchronize(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
@@ -422,19 +447,19 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 	if !retryAsked() {
 		t.Error("no later pass asked for, while the container decided under 600 may still start")
 	}
-	ns.values[key] = "600" // runc starts it after the pass
+	ns.set(key, "600") // runc starts it after the pass
 	step("the pass asked for", key+"=650")
 	if got := create("decided-after"); got != "650" {
 		t.Errorf("container after the pass: spec %q, want 650", got)
 	}
-	ns.values[key] = "900" // another writer's value is still left alone
+	ns.set(key, "900") // another writer's value is still left alone
 	step("another writer", "")
-	ns.values[key] = "650"
+	ns.set(key, "650")
 
 	// The key leaves the config while a container decided under 650 may land.
 	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
 	step("key removed", "net.ipv4.tcp_keepalive_intvl=60,"+key+"=7200")
-	ns.values[key] = "650" // the container decided under 650 starts
+	ns.set(key, "650") // the container decided under 650 starts
 	step("the pass after it landed", key+"=7200")
 	// Nothing can land any more: the key is forgotten, and a value set
 	// later is nobody's business of the plugin.
@@ -445,7 +470,7 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 	}
 	p.records.mu.Unlock()
 	step("once nothing can land", "")
-	ns.values[key] = "650"
+	ns.set(key, "650")
 	step("a value set after", "")
 }
 
@@ -473,9 +498,7 @@ func TestConvergeWithContainersStartingMeanwhile(t *testing.T) {
 					<-passed // starts only after the pass
 				}
 				time.Sleep(time.Duration(i*round%7) * 100 * time.Microsecond)
-				ns.mu.Lock()
-				ns.values[key] = adj.GetLinux().GetSysctl()[key] // runc starts it
-				ns.mu.Unlock()
+				ns.set(key, adj.GetLinux().GetSysctl()[key]) // runc starts it
 			})
 		}
 		reload(t, p, "mode: spec\nsysctls:\n  "+key+": 650\n")
@@ -483,9 +506,7 @@ func TestConvergeWithContainersStartingMeanwhile(t *testing.T) {
 		close(passed)
 		wg.Wait()
 		p.convergePass(context.Background()) // the pass asked for
-		ns.mu.Lock()
-		got := ns.values[key]
-		ns.mu.Unlock()
+		got := ns.get(key)
 		if got != "650" {
 			t.Fatalf("round %d: the pod holds %s after its containers started, want 650", round, got)
 		}
@@ -573,7 +594,7 @@ func TestConvergeRemovedKeyWithALateContainer(t *testing.T) {
 	}
 	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
 	step("key removed", key+"=7200")
-	ns.values[key] = "600" // the container decided under 600 starts
+	ns.set(key, "600") // the container decided under 600 starts
 	step("the pass after it landed", key+"=7200")
 }
 
@@ -596,10 +617,10 @@ func TestConvergeLandingEnds(t *testing.T) {
 		l.specLandsBy = time.Now().Add(-2*specLanding - time.Second)
 	}
 	p.records.mu.Unlock()
-	ns.values[key] = "600" // an operator, by hand
+	ns.set(key, "600") // an operator, by hand
 	step("a value set by hand later", "")
-	if ns.values[key] != "600" {
-		t.Errorf("another writer's value overwritten: %q", ns.values[key])
+	if ns.get(key) != "600" {
+		t.Errorf("another writer's value overwritten: %q", ns.get(key))
 	}
 }
 
