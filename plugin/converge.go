@@ -307,13 +307,11 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		return 0 // not running: nothing to write into
 	}
 	rec := p.record(sb)
-	info, target := readSandbox(sb, true)
-	pidfd, err := podns.OpenPidfd(int(sb.GetPid()))
-	if err != nil {
+	info, target, release, ok := heldTarget(sb)
+	if !ok {
 		return 0 // gone since it was listed
 	}
-	defer closeFd(pidfd)
-	target.HeldBy(podns.Process{Pid: int(sb.GetPid()), Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
+	defer release()
 
 	lookupCtx, cancel := context.WithTimeout(ctx, convergeLookupTimeout)
 	own, ok := p.ownSysctls(lookupCtx, rec)
@@ -569,6 +567,21 @@ func (p *plugin) replaceRecord(old *podRecord, mark time.Time, cur *loaded, sb *
 		return nil, 0
 	}
 	return next, 0
+}
+
+// heldTarget is the pod as the decision sees it and where its namespaces
+// are, every access through them checked against the sandbox's process by
+// a pidfd taken now (release closes it); ok is false if the process is
+// gone.
+func heldTarget(sb *api.PodSandbox) (info policy.Pod, target podns.Target, release func(), ok bool) {
+	info, target = readSandbox(sb, true)
+	pid := int(sb.GetPid())
+	pidfd, err := podns.OpenPidfd(pid)
+	if err != nil {
+		return info, nil, nil, false
+	}
+	target.HeldBy(podns.Process{Pid: pid, Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
+	return info, target, func() { closeFd(pidfd) }, true
 }
 
 func closeFd(fd int) {

@@ -252,13 +252,11 @@ func (p *plugin) readBefore(rec *podRecord, sb *api.PodSandbox, own podsysctl.Po
 	for i, s := range d.Apply {
 		names[i] = s.Key()
 	}
-	_, target := readSandbox(sb, true)
-	pidfd, err := podns.OpenPidfd(int(sb.GetPid()))
-	if err != nil {
+	_, target, release, ok := heldTarget(sb)
+	if !ok {
 		return
 	}
-	defer closeFd(pidfd)
-	target.HeldBy(podns.Process{Pid: int(sb.GetPid()), Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
+	defer release()
 	values := map[string]string{}
 	for name, v := range p.readNamespaces(target, names) {
 		if v.Err == nil {
