@@ -51,7 +51,7 @@ func k8sBinaries(cache string) (map[string]string, error) {
 		"helm": filepath.Join(cache, "helm-"+envOr("NRI_SYSCTL_HELM_VERSION", defaultHelmVersion), "bin", "helm"),
 		// The two-node test's registry, crane, which pushes to it, and
 		// cosign, which signs there and verifies.
-		"registry": filepath.Join(cache, "registry-"+envOr("NRI_SYSCTL_REGISTRY_VERSION", defaultRegistryVersion), "bin", "registry"),
+		"registry": filepath.Join(cache, "registry-"+envOr("NRI_SYSCTL_REGISTRY_VERSION", defaultRegistryVersion)+"-filesystem", "bin", "registry"),
 		"crane":    filepath.Join(cache, "crane-"+envOr("NRI_SYSCTL_CRANE_VERSION", defaultCraneVersion), "bin", "crane"),
 		"cosign":   filepath.Join(cache, "cosign-"+envOr("NRI_SYSCTL_COSIGN_VERSION", defaultCosignVersion), "bin", "cosign"),
 	}
