@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -23,6 +24,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
+	"github.com/nri-sysctl/nri-sysctl/pkg/probe"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -80,11 +82,13 @@ func Run(ctx context.Context, r Request) ([]Line, error) {
 		pol = policy.Compile(r.Config, refused)
 	}
 	lines := make([]Line, 0, len(found))
+	fresh := freshValues{read: probe.Fresh, warnings: r.Warnings}
 	for _, c := range found {
 		in := auditInput{annotations: c.annotations, policy: pol, decision: c.pod.decision}
 		if r.Read {
 			in.live = c.pod.liveValues(pol)
 			in.state = c.pod.setByPlugin(r.PodState, r.Warnings)
+			in.fresh = fresh.of(in.state)
 		}
 		lines = append(lines, Line{c: c, verdict: judge(in)})
 	}
@@ -105,6 +109,9 @@ type auditInput struct {
 	// state is what the plugin last set in the pod, and what was there
 	// before its first write, per key; empty without a pod state.
 	state map[string]converge.Written
+	// fresh holds a fresh pod namespace's values of the keys in state
+	// whose value before is unknown (freshValues); nil if not read.
+	fresh map[string]string
 }
 
 type verdict struct {
@@ -150,6 +157,8 @@ func judge(in auditInput) verdict {
 			case got.Err != nil:
 				wrong = append(wrong, s.Key()+": cannot read: "+got.Err.Error())
 			case sameValue(got.Value, want):
+			case neverLanded(in, s.Key(), got.Value):
+				wrong = append(wrong, fmt.Sprintf("%s=%s, want %s (a fresh namespace's value: the plugin's never landed; the next convergence writes it)", s.Key(), got.Value, want))
 			case in.state[s.Key()].ChangedByOther(got.Value):
 				other = append(other, fmt.Sprintf("%s=%s (the plugin set %s)", s.Key(), got.Value, in.state[s.Key()].Set))
 			default:
@@ -205,6 +214,53 @@ func (p *auditPod) setByPlugin(store *podstate.Store, warnings io.Writer) map[st
 		p.state = state
 	}
 	return p.state
+}
+
+// neverLanded: the plugin's record says it set key with the value before
+// unknown (spec mode: the runtime wrote it), and the pod holds a fresh
+// namespace's value: the container whose spec carried it failed to be
+// created. That is lacking, not another writer's value, as the plugin's
+// convergence judges it (converge's backAtFresh), which writes it again.
+func neverLanded(in auditInput, key, live string) bool {
+	w := in.state[key]
+	fresh, known := in.fresh[key]
+	return w.HasSet && !w.HasBefore && known && sameValue(live, fresh) && !sameValue(live, w.Set)
+}
+
+// freshValues reads the fresh namespace values neverLanded needs, at most
+// once per key in an audit: a pod's state names the keys. A read that
+// fails is warned of once, and its keys judged without it.
+type freshValues struct {
+	read     func(names []string) (map[string]string, error)
+	warnings io.Writer
+	values   map[string]string
+	asked    map[string]bool
+	warned   bool
+}
+
+func (f *freshValues) of(state map[string]converge.Written) map[string]string {
+	var names []string
+	for key, w := range state {
+		if w.HasSet && !w.HasBefore && !f.asked[key] {
+			names = append(names, key)
+		}
+	}
+	if len(names) > 0 {
+		if f.asked == nil {
+			f.asked, f.values = map[string]bool{}, map[string]string{}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			f.asked[name] = true
+		}
+		values, err := f.read(names)
+		if err != nil && !f.warned && f.warnings != nil {
+			f.warned = true
+			fmt.Fprintf(f.warnings, "warning: %v: a key the plugin set with its value before unknown counts as left to another writer when its value differs\n", err)
+		}
+		maps.Copy(f.values, values)
+	}
+	return f.values
 }
 
 // sameValue compares sysctl values as the kernel prints them: fields may

@@ -87,6 +87,15 @@ func TestAuditJudge(t *testing.T) {
 		{"live: the value before the plugin's first write is not another writer's", auditInput{policy: pol, decision: plain, live: withValue(defaults, "net.ipv4.tcp_keepalive_intvl", "75"),
 			state: map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true, Before: "75", HasBefore: true}}},
 			false, "live values: net.ipv4.tcp_keepalive_intvl=75, want 60"},
+		{"live: a fresh namespace's value where the value before is unknown is lacking: the plugin's never landed", auditInput{policy: pol, decision: plain, live: withValue(defaults, "net.ipv4.tcp_keepalive_intvl", "75"),
+			state: map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true}}, fresh: map[string]string{"net.ipv4.tcp_keepalive_intvl": "75"}},
+			false, "live values: net.ipv4.tcp_keepalive_intvl=75, want 60 (a fresh namespace's value: the plugin's never landed"},
+		{"live: another value where the value before is unknown is another writer's", auditInput{policy: pol, decision: plain, live: withValue(defaults, "net.ipv4.tcp_keepalive_intvl", "41"),
+			state: map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true}}, fresh: map[string]string{"net.ipv4.tcp_keepalive_intvl": "75"}},
+			true, "left to another writer: net.ipv4.tcp_keepalive_intvl=41 (the plugin set 60)"},
+		{"live: the value before unknown and no fresh value read: another writer's", auditInput{policy: pol, decision: plain, live: withValue(defaults, "net.ipv4.tcp_keepalive_intvl", "75"),
+			state: map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true}}},
+			true, "left to another writer: net.ipv4.tcp_keepalive_intvl=75 (the plugin set 60)"},
 		{"live: excluded pod is not read", auditInput{policy: pol, decision: excluded, live: map[string]podns.Value{}}, true, "excluded by namespace kube-system"},
 	}
 	for _, tc := range tests {
@@ -188,4 +197,41 @@ func withValue(live map[string]podns.Value, key, value string) map[string]podns.
 	}
 	out[key] = podns.Value{Value: value}
 	return out
+}
+
+// Fresh values are read only for keys whose value before is unknown, once
+// per key in an audit; a failed read is warned of once.
+func TestAuditFreshValuesReadOncePerKey(t *testing.T) {
+	var asked [][]string
+	var warnings strings.Builder
+	fail := true
+	f := freshValues{warnings: &warnings, read: func(names []string) (map[string]string, error) {
+		asked = append(asked, names)
+		if fail {
+			return nil, errors.New("fresh namespaces: operation not permitted")
+		}
+		out := map[string]string{}
+		for _, n := range names {
+			out[n] = "fresh-" + n
+		}
+		return out, nil
+	}}
+	unknownBefore := converge.Written{Set: "60", HasSet: true}
+	knownBefore := converge.Written{Set: "60", HasSet: true, Before: "75", HasBefore: true}
+	if got := f.of(map[string]converge.Written{"a": unknownBefore, "b": knownBefore}); len(got) != 0 {
+		t.Errorf("a failed read gave %v", got)
+	}
+	fail = false
+	f.of(map[string]converge.Written{"a": unknownBefore})
+	got := f.of(map[string]converge.Written{"a": unknownBefore, "c": unknownBefore, "d": knownBefore})
+	f.of(map[string]converge.Written{"c": unknownBefore, "d": knownBefore})
+	if want := [][]string{{"a"}, {"c"}}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Errorf("read %v, want %v (each key once, only where the value before is unknown)", asked, want)
+	}
+	if got["c"] != "fresh-c" || len(got) != 1 {
+		t.Errorf("values %v, want c's only (a's read failed)", got)
+	}
+	if n := strings.Count(warnings.String(), "warning:"); n != 1 {
+		t.Errorf("%d warnings, want 1: %q", n, warnings.String())
+	}
 }
