@@ -21,6 +21,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
+	"github.com/sirupsen/logrus"
 )
 
 // fakeNamespaces stands in for a running pod's namespaces: what
@@ -664,5 +665,56 @@ func TestValuesBeforeOnlyUntilTheFirstAnswer(t *testing.T) {
 	late.noteBefore(map[string]string{"net.ipv4.tcp_keepalive_time": "600"})
 	if got := late.valuesBefore(); got != nil {
 		t.Errorf("read after the pod's first answer: kept %v, want nothing", got)
+	}
+}
+
+// The worker rests (share-1) times its work, once the rest owed reaches
+// pacerMinRest, at most pacerMaxRest at a time; share 0 or 1 never rests.
+func TestPacerRests(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		share int
+		works []time.Duration
+		want  []time.Duration
+	}{
+		{"small works add up before a rest", 4, []time.Duration{ms, ms, ms}, []time.Duration{6 * ms}},
+		{"a long work rests at most pacerMaxRest", 4, []time.Duration{time.Second}, []time.Duration{pacerMaxRest}},
+		{"each rest pays what is owed", 4, []time.Duration{2 * ms, 2 * ms}, []time.Duration{6 * ms, 6 * ms}},
+		{"under pacerMinRest, no rest yet", 4, []time.Duration{ms}, nil},
+		{"share 2 rests as long as it worked", 2, []time.Duration{5 * ms}, []time.Duration{5 * ms}},
+		{"share 1 never rests", 1, []time.Duration{time.Second}, nil},
+		{"the zero pacer never rests", 0, []time.Duration{time.Second}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var slept []time.Duration
+			p := pacer{share: tc.share, sleep: func(d time.Duration) { slept = append(slept, d) }}
+			for _, w := range tc.works {
+				p.worked(w)
+			}
+			if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
+				t.Errorf("rests %v, want %v", slept, tc.want)
+			}
+		})
+	}
+}
+
+// The plugin's worker is paced, and a pass rests between its pods: with
+// a share so large that any work owes a rest, each pod's is taken.
+func TestConvergePassRestsBetweenPods(t *testing.T) {
+	if got := newPlugin(logrus.New(), nil, "").convergePace.share; got != convergeShare || convergeShare < 2 {
+		t.Fatalf("the worker's share is %d, want convergeShare (%d, at least 2)", got, convergeShare)
+	}
+	p, _ := newConvergeTest(t, "sysctls:\n  net.ipv4.tcp_keepalive_time: 600\n", t.TempDir(), nil)
+	var rests []time.Duration
+	p.convergePace = pacer{share: 1 << 30, sleep: func(d time.Duration) { rests = append(rests, d) }}
+	pods := []*api.PodSandbox{runningPod("a", "network"), runningPod("b", "network"), runningPod("c", "network")}
+	if _, err := p.Synchronize(context.Background(), pods, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.convergePass(context.Background())
+	if len(rests) != len(pods) {
+		t.Errorf("%d rests in a pass over %d pods, want one after each: %v", len(rests), len(pods), rests)
 	}
 }

@@ -122,7 +122,10 @@ type plugin struct {
 	// convergeRetry asks for a pass once containers decided under an
 	// older config have landed (convergeLater); the worker's alone.
 	convergeRetry *time.Timer
-	podState      *podstate.Store
+	// convergePace rests the worker between pods (pacer); the worker's
+	// alone.
+	convergePace pacer
+	podState     *podstate.Store
 	// runningPodsOverride is --running-pods: it wins over the config's
 	// runningPods when set, as --mode wins over its mode.
 	runningPodsOverride string
@@ -146,6 +149,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		live:            liveness{stuckAfter: stuckAfter},
 		leaveWait:       leaveWait,
 		convergeKick:    make(chan struct{}, 1),
+		convergePace:    pacer{share: convergeShare, sleep: time.Sleep},
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p
