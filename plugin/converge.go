@@ -56,13 +56,11 @@ const (
 	// replaceRetry: a pod whose container was decided while the pass
 	// planned it is tried again that much later.
 	replaceRetry = time.Second
-	// convergeShare: the worker works at most one part of every
-	// convergeShare of its wall time, resting the rest (pacer). Its
-	// threads run at nice 19, but on two cores a worker busy for a whole
-	// pass still slowed pod creation by about 10 % (docs/benchmarks.md);
-	// resting three parts in four keeps a pass over 200 pods under a
-	// second.
-	convergeShare = 4
+	// convergeShare: the worker rests (convergeShare-1) times the CPU
+	// each pod cost (pacer). Its threads run at nice 19, but on two cores
+	// a worker busy for a whole pass still slowed pod creation by about
+	// 10 % (docs/benchmarks.md).
+	convergeShare = 3
 	// pacerMinRest and pacerMaxRest: rest is taken once it reaches the
 	// first (a sleep per pod would cost more than the pod), and a rest is
 	// at most the second (a pod whose lookup took seconds does not stop
@@ -71,13 +69,35 @@ const (
 	pacerMaxRest = 100 * time.Millisecond
 )
 
-// pacer keeps the worker's share of wall time: after work that took d
-// it owes (share-1)·d of rest. share 0 or 1 never rests (the per-pod
-// benchmark measures the work alone).
+// pacer keeps the worker's share of the CPU: after a pod that cost the
+// plugin d of CPU time it owes (share-1)·d of rest. CPU, not wall time: a
+// pod's lookup waits on containerd, and resting for that wait too took a
+// pass over 200 pods from 0.3 s to 2.6 s (make bench-converge). share 0
+// or 1 never rests (the per-pod benchmark measures the work alone).
 type pacer struct {
 	share int
 	sleep func(time.Duration)
-	owed  time.Duration
+	// cpu is the plugin's CPU time so far (processCPU).
+	cpu  func() time.Duration
+	owed time.Duration
+}
+
+// now reads the CPU clock; 0 without one (the zero pacer never rests).
+func (p *pacer) now() time.Duration {
+	if p.cpu == nil {
+		return 0
+	}
+	return p.cpu()
+}
+
+// processCPU is the CPU time the plugin's threads have used: the worker's
+// and the namespace threads it makes (and the handlers', which are short).
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // worked adds work's rest to what is owed, and rests once enough is owed.
@@ -246,9 +266,9 @@ func (p *plugin) convergePass(ctx context.Context) {
 			return
 		}
 		p.requests.waitQuiet(yieldQuiet, yieldWait)
-		start := time.Now()
+		start := p.convergePace.now()
 		wait := p.convergePod(ctx, cur, pod, injected[pod.GetId()], &fresh)
-		p.convergePace.worked(time.Since(start))
+		p.convergePace.worked(p.convergePace.now() - start)
 		if wait > 0 && (retry == 0 || wait < retry) {
 			retry = wait
 		}

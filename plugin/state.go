@@ -149,7 +149,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		live:            liveness{stuckAfter: stuckAfter},
 		leaveWait:       leaveWait,
 		convergeKick:    make(chan struct{}, 1),
-		convergePace:    pacer{share: convergeShare, sleep: time.Sleep},
+		convergePace:    pacer{share: convergeShare, sleep: time.Sleep, cpu: processCPU},
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p
