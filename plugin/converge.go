@@ -63,8 +63,9 @@ const (
 	convergeShare = 3
 	// pacerMinRest and pacerMaxRest: rest is taken once it reaches the
 	// first (a sleep per pod would cost more than the pod), and a rest is
-	// at most the second (a pod whose lookup took seconds does not stop
-	// the pass for longer).
+	// at most the second (the process's CPU time also counts what its
+	// other threads did meanwhile, a reload's check or a burst of
+	// requests, and that must not stop the pass for long).
 	pacerMinRest = 5 * time.Millisecond
 	pacerMaxRest = 100 * time.Millisecond
 )
