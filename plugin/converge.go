@@ -73,22 +73,14 @@ const (
 // pacer keeps the worker's share of the CPU: after a pod that cost the
 // plugin d of CPU time it owes (share-1)·d of rest. CPU, not wall time: a
 // pod's lookup waits on containerd, and resting for that wait too took a
-// pass over 200 pods from 0.3 s to 2.6 s (make bench-converge). share 0
-// or 1 never rests (the per-pod benchmark measures the work alone).
+// pass over 200 pods from 0.3 s to 2.6 s (make bench-converge). share 1
+// never rests (the per-pod benchmark measures the work alone).
 type pacer struct {
 	share int
 	sleep func(time.Duration)
 	// cpu is the plugin's CPU time so far (processCPU).
 	cpu  func() time.Duration
 	owed time.Duration
-}
-
-// now reads the CPU clock; 0 without one (the zero pacer never rests).
-func (p *pacer) now() time.Duration {
-	if p.cpu == nil {
-		return 0
-	}
-	return p.cpu()
 }
 
 // processCPU is the CPU time the plugin's threads have used: the worker's
@@ -267,9 +259,9 @@ func (p *plugin) convergePass(ctx context.Context) {
 			return
 		}
 		p.requests.waitQuiet(yieldQuiet, yieldWait)
-		start := p.convergePace.now()
+		start := p.convergePace.cpu()
 		wait := p.convergePod(ctx, cur, pod, injected[pod.GetId()], &fresh)
-		p.convergePace.worked(p.convergePace.now() - start)
+		p.convergePace.worked(p.convergePace.cpu() - start)
 		if wait > 0 && (retry == 0 || wait < retry) {
 			retry = wait
 		}
