@@ -206,18 +206,14 @@ build_crictl() {
 # The registry, crane and cosign, for make e2e-k8s's two-node test (and
 # make publish).
 # The registry is the upstream command with the filesystem storage driver
-# only, from a throwaway module: cmd/registry also links the Azure, GCS, S3
-# and CloudFront drivers, which no test uses, and took twice as long to
-# build (102 s against 53 s here, one after the other, each with an empty
-# build cache); in make test-all its build was the one make e2e-k8s waited for.
+# only: cmd/registry also links the Azure, GCS, S3 and CloudFront drivers,
+# which no test uses, and took twice as long to build (102 s against 53 s
+# here, one after the other, each with an empty build cache); in make
+# test-all its build was the one make e2e-k8s waited for.
 build_registry() {
-	local bin="$CACHE/registry-$REGISTRY_VERSION-filesystem/bin" tmp mod=github.com/distribution/distribution/v3
-	mkdir -p "$bin"
-	tmp=$(mktemp -d "$CACHE/.build-registry-$REGISTRY_VERSION.XXXXXX")
-	TMPDIRS+=("$tmp")
-	mkdir -p "$tmp/mod"
-	printf 'module registrybuild\n\ngo 1.26\n' >"$tmp/mod/go.mod"
-	cat >"$tmp/mod/main.go" <<'GO'
+	local mod=github.com/distribution/distribution/v3
+	CGO_ENABLED=0 build_main_module "$CACHE/registry-$REGISTRY_VERSION-filesystem" registry \
+		"$mod/registry@$REGISTRY_VERSION" "$mod/registry/storage/driver/filesystem@$REGISTRY_VERSION" <<'GO'
 package main
 
 import (
@@ -233,15 +229,6 @@ func main() {
 	}
 }
 GO
-	(
-		cd "$tmp/mod"
-		go get "$mod/registry@$REGISTRY_VERSION" "$mod/registry/storage/driver/filesystem@$REGISTRY_VERSION" </dev/null
-		CGO_ENABLED=0 go build -trimpath -ldflags "$STRIP" -o "$tmp/registry" . </dev/null
-	)
-	mv -f "$tmp/registry" "$bin/registry.new"
-	mv -f "$bin/registry.new" "$bin/registry"
-	rm -rf "$tmp"
-	"$bin/registry" --version
 }
 build_crane() {
 	TOOL_VERSION_ARG=version go_install_tool "$CACHE/crane-$CRANE_VERSION" crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" CGO_ENABLED=0
@@ -315,24 +302,43 @@ build_kubernetes() {
 	"$bin/$1" --version
 }
 
-# build_etcd: etcd from a throwaway module calling etcdmain.Main.
-build_etcd() {
-	local bin="$CACHE/etcd-$ETCD_VERSION/bin" tmp
-	mkdir -p "$bin"
-	tmp=$(mktemp -d "$CACHE/.build-etcd-$ETCD_VERSION.XXXXXX")
+# build_main_module DIR NAME PACKAGE@VERSION...: NAME into DIR/bin, built
+# from a throwaway module whose main.go is read from stdin and which needs
+# the PACKAGEs (go get), so that a tool is built with only the parts the
+# tests use; the first line of its --version is printed.
+build_main_module() {
+	local dir=$1 name=$2 tmp
+	shift 2
+	mkdir -p "$dir/bin"
+	tmp=$(mktemp -d "$CACHE/.build-$name.XXXXXX")
 	TMPDIRS+=("$tmp")
 	mkdir -p "$tmp/mod"
-	printf 'module etcdbuild\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$tmp/mod/go.mod"
-	printf 'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n' >"$tmp/mod/main.go"
+	printf 'module %sbuild\n\ngo 1.26\n' "$name" >"$tmp/mod/go.mod"
+	cat >"$tmp/mod/main.go"
 	(
 		cd "$tmp/mod"
-		go mod tidy </dev/null
-		go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" . </dev/null
+		go get "$@" </dev/null
+		go build -trimpath -ldflags "$STRIP" -o "$tmp/$name" . </dev/null
 	)
-	mv -f "$tmp/etcd" "$bin/etcd.new"
-	mv -f "$bin/etcd.new" "$bin/etcd"
+	mv -f "$tmp/$name" "$dir/bin/$name.new"
+	mv -f "$dir/bin/$name.new" "$dir/bin/$name"
 	rm -rf "$tmp"
-	"$bin/etcd" --version | sed -n 1p
+	"$dir/bin/$name" --version | sed -n 1p
+}
+
+# build_etcd: etcd from a throwaway module calling etcdmain.Main.
+build_etcd() {
+	build_main_module "$CACHE/etcd-$ETCD_VERSION" etcd "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
 }
 
 # build_helm: go install, with the version helm's own Makefile stamps in.
