@@ -417,6 +417,32 @@ func distOf(samples []time.Duration) dist {
 	return dist{N: len(s), P50: percentile(s, 50), P90: percentile(s, 90), P99: percentile(s, 99), Min: s[0], Max: s[len(s)-1]}
 }
 
+// ratioInterval is the 5th and 95th percentiles of the ratio of a's p-th
+// percentile to b's over bootstrap resamples of both: how far the ratio
+// of one run could move by chance alone. Samples taken close together
+// are not independent, so it is a lower bound on that spread.
+func ratioInterval(a, b []time.Duration, p float64) (lo, hi float64) {
+	if len(a) == 0 || len(b) == 0 {
+		return 0, 0
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	resample := func(s []time.Duration) time.Duration {
+		r := make([]time.Duration, len(s))
+		for i := range r {
+			r[i] = s[rng.IntN(len(s))]
+		}
+		slices.Sort(r)
+		return percentile(r, p)
+	}
+	const rounds = 2000
+	ratios := make([]float64, rounds)
+	for i := range ratios {
+		ratios[i] = float64(resample(a)) / float64(resample(b))
+	}
+	slices.Sort(ratios)
+	return ratios[rounds*5/100], ratios[rounds*95/100]
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 func ratio(a, b time.Duration) string {
@@ -1004,5 +1030,28 @@ func TestBootstrapP50Ratio(t *testing.T) {
 	}
 	if lo, hi := bootstrapP50Ratio(double, base); lo < 1.8 || hi > 2.2 {
 		t.Errorf("twice the time: interval %.3f-%.3f, want one inside 1.8-2.2", lo, hi)
+	}
+}
+
+// TestRatioInterval: the chance interval of a ratio is a point when
+// neither side varies, and otherwise a band around the true ratio.
+func TestRatioInterval(t *testing.T) {
+	flat := func(d time.Duration, n int) []time.Duration { return slices.Repeat([]time.Duration{d}, n) }
+	if lo, hi := ratioInterval(flat(110*time.Millisecond, 50), flat(100*time.Millisecond, 50), 90); math.Abs(lo-1.1) > 1e-9 || math.Abs(hi-1.1) > 1e-9 {
+		t.Errorf("constant samples: interval %.4f-%.4f, want 1.1-1.1", lo, hi)
+	}
+	var idle, busy []time.Duration
+	for i := range 150 {
+		d := time.Duration(100+i) * time.Millisecond
+		idle, busy = append(idle, d), append(busy, d*11/10)
+	}
+	for _, p := range []float64{50, 90} {
+		lo, hi := ratioInterval(busy, idle, p)
+		if lo >= 1.1 || hi <= 1.1 || hi-lo < 0.01 || lo < 0.9 || hi > 1.3 {
+			t.Errorf("p%v of spread samples 10%% apart: interval %.4f-%.4f, want a band around 1.1", p, lo, hi)
+		}
+	}
+	if lo, hi := ratioInterval(nil, flat(time.Millisecond, 3), 90); lo != 0 || hi != 0 {
+		t.Errorf("no samples: %v-%v, want 0-0", lo, hi)
 	}
 }
