@@ -417,32 +417,6 @@ func distOf(samples []time.Duration) dist {
 	return dist{N: len(s), P50: percentile(s, 50), P90: percentile(s, 90), P99: percentile(s, 99), Min: s[0], Max: s[len(s)-1]}
 }
 
-// ratioInterval is the 5th and 95th percentiles of the ratio of a's p-th
-// percentile to b's over bootstrap resamples of both: how far the ratio
-// of one run could move by chance alone. Samples taken close together
-// are not independent, so it is a lower bound on that spread.
-func ratioInterval(a, b []time.Duration, p float64) (lo, hi float64) {
-	if len(a) == 0 || len(b) == 0 {
-		return 0, 0
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	resample := func(s []time.Duration) time.Duration {
-		r := make([]time.Duration, len(s))
-		for i := range r {
-			r[i] = s[rng.IntN(len(s))]
-		}
-		slices.Sort(r)
-		return percentile(r, p)
-	}
-	const rounds = 2000
-	ratios := make([]float64, rounds)
-	for i := range ratios {
-		ratios[i] = float64(resample(a)) / float64(resample(b))
-	}
-	slices.Sort(ratios)
-	return ratios[rounds*5/100], ratios[rounds*95/100]
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 func ratio(a, b time.Duration) string {
@@ -790,7 +764,7 @@ func (r *benchReport) markdown() string {
 	fmt.Fprintf(&b, "\nPod p50 ratios with their 95%% interval (bootstrap, %d resamples of each configuration's pods): whether a difference is measurable at all.\n\n| ratio | p50 | 95%% interval |\n|---|---:|---|\n", bootstrapResamples)
 	for _, pair := range [][2]int{{2, 1}, {3, 1}, {3, 2}} {
 		x, y := r.Configs[pair[0]].stageSamples(pod), r.Configs[pair[1]].stageSamples(pod)
-		lo, hi := bootstrapP50Ratio(x, y)
+		lo, hi := bootstrapRatio(x, y, 50, 25)
 		fmt.Fprintf(&b, "| %s / %s | %s | %.3f-%.3f |\n", r.Configs[pair[0]].Name, r.Configs[pair[1]].Name, ratio(distOf(x).P50, distOf(y).P50), lo, hi)
 	}
 	fmt.Fprintf(&b, "\n| plugin | start-up to registered: median ms (min-max, n) | peak RSS (VmHWM) KiB: max over rounds |\n|---|---|---:|\n")
@@ -809,10 +783,13 @@ func (r *benchReport) markdown() string {
 
 const bootstrapResamples = 2000
 
-// bootstrapP50Ratio is the 95% percentile interval of p50(x)/p50(y) over
-// resamples with replacement of x and y (fixed seed: the same samples give
-// the same interval).
-func bootstrapP50Ratio(x, y []time.Duration) (lo, hi float64) {
+// bootstrapRatio is the interval of pth(x)/pth(y), the p-th percentile of
+// each, over resamples with replacement of x and y that leaves tail
+// per mille of the resampled ratios out at each end (25: the 95%
+// interval): how far one run's ratio moves by chance alone. Samples taken
+// close together are not independent, so it is a lower bound on that
+// spread. Fixed seed: the same samples give the same interval.
+func bootstrapRatio(x, y []time.Duration, p float64, tail int) (lo, hi float64) {
 	if len(x) == 0 || len(y) == 0 {
 		return 0, 0
 	}
@@ -822,7 +799,7 @@ func bootstrapP50Ratio(x, y []time.Duration) (lo, hi float64) {
 			into[i] = s[rng.IntN(len(s))]
 		}
 		slices.Sort(into)
-		return percentile(into, 50)
+		return percentile(into, p)
 	}
 	bufX, bufY := make([]time.Duration, len(x)), make([]time.Duration, len(y))
 	ratios := make([]float64, bootstrapResamples)
@@ -830,7 +807,7 @@ func bootstrapP50Ratio(x, y []time.Duration) (lo, hi float64) {
 		ratios[i] = float64(resample(x, bufX)) / float64(resample(y, bufY))
 	}
 	slices.Sort(ratios)
-	return ratios[bootstrapResamples*25/1000], ratios[bootstrapResamples*975/1000-1]
+	return ratios[bootstrapResamples*tail/1000], ratios[bootstrapResamples*(1000-tail)/1000-1]
 }
 
 func (cfg *benchConfig) stageSamples(stage string) []time.Duration {
@@ -1013,7 +990,7 @@ func TestBenchChurn(t *testing.T) {
 	bp.stopAndCheck(t)
 }
 
-// TestBootstrapP50Ratio: the interval holds 1 for two samples of one
+// TestBootstrapP50Ratio: the 95% interval of p50s holds 1 for two samples of one
 // distribution, and excludes it when one is twice the other.
 func TestBootstrapP50Ratio(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -1025,19 +1002,19 @@ func TestBootstrapP50Ratio(t *testing.T) {
 		return s
 	}
 	base, same, double := sample(1), sample(1), sample(2)
-	if lo, hi := bootstrapP50Ratio(same, base); lo > 1 || hi < 1 || hi-lo > 0.1 {
+	if lo, hi := bootstrapRatio(same, base, 50, 25); lo > 1 || hi < 1 || hi-lo > 0.1 {
 		t.Errorf("same distribution: interval %.3f-%.3f, want one around 1 and narrower than 0.1", lo, hi)
 	}
-	if lo, hi := bootstrapP50Ratio(double, base); lo < 1.8 || hi > 2.2 {
+	if lo, hi := bootstrapRatio(double, base, 50, 25); lo < 1.8 || hi > 2.2 {
 		t.Errorf("twice the time: interval %.3f-%.3f, want one inside 1.8-2.2", lo, hi)
 	}
 }
 
-// TestRatioInterval: the chance interval of a ratio is a point when
+// TestRatioInterval: the chance interval (5th-95th percentile) of a ratio is a point when
 // neither side varies, and otherwise a band around the true ratio.
 func TestRatioInterval(t *testing.T) {
 	flat := func(d time.Duration, n int) []time.Duration { return slices.Repeat([]time.Duration{d}, n) }
-	if lo, hi := ratioInterval(flat(110*time.Millisecond, 50), flat(100*time.Millisecond, 50), 90); math.Abs(lo-1.1) > 1e-9 || math.Abs(hi-1.1) > 1e-9 {
+	if lo, hi := bootstrapRatio(flat(110*time.Millisecond, 50), flat(100*time.Millisecond, 50), 90, 50); math.Abs(lo-1.1) > 1e-9 || math.Abs(hi-1.1) > 1e-9 {
 		t.Errorf("constant samples: interval %.4f-%.4f, want 1.1-1.1", lo, hi)
 	}
 	var idle, busy []time.Duration
@@ -1046,12 +1023,12 @@ func TestRatioInterval(t *testing.T) {
 		idle, busy = append(idle, d), append(busy, d*11/10)
 	}
 	for _, p := range []float64{50, 90} {
-		lo, hi := ratioInterval(busy, idle, p)
+		lo, hi := bootstrapRatio(busy, idle, p, 50)
 		if lo >= 1.1 || hi <= 1.1 || hi-lo < 0.01 || lo < 0.9 || hi > 1.3 {
 			t.Errorf("p%v of spread samples 10%% apart: interval %.4f-%.4f, want a band around 1.1", p, lo, hi)
 		}
 	}
-	if lo, hi := ratioInterval(nil, flat(time.Millisecond, 3), 90); lo != 0 || hi != 0 {
+	if lo, hi := bootstrapRatio(nil, flat(time.Millisecond, 3), 90, 50); lo != 0 || hi != 0 {
 		t.Errorf("no samples: %v-%v, want 0-0", lo, hi)
 	}
 }

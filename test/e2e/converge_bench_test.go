@@ -132,7 +132,7 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 	t.Logf("pod create+start, idle: p50 %s ms, p90 %s ms (%d pods)", ms(di.P50), ms(di.P90), di.N)
 	t.Logf("pod create+start, while %d running pods converge: p50 %s ms, p90 %s ms (%d pods, %d passes over the running pods)", len(pods), ms(db.P50), ms(db.P90), db.N, allPasses)
 	t.Logf("ratio converging/idle: p50 %s, p90 %s", ratio(db.P50, di.P50), ratio(db.P90, di.P90))
-	lo50, hi50 := ratioInterval(busy, idle, 50)
-	lo90, hi90 := ratioInterval(busy, idle, 90)
+	lo50, hi50 := bootstrapRatio(busy, idle, 50, 50)
+	lo90, hi90 := bootstrapRatio(busy, idle, 90, 50)
 	t.Logf("ratio by chance alone (bootstrap, 5th-95th percentile): p50 %.3f-%.3f, p90 %.3f-%.3f", lo50, hi50, lo90, hi90)
 }
