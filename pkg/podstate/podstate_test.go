@@ -26,6 +26,17 @@ func openStore(t *testing.T) (*Store, string) {
 	return s, dir
 }
 
+// reopen is the store of dir as a restarted plugin opens it: every file
+// is read from the disk.
+func reopen(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestSaveThenLoad(t *testing.T) {
 	s, dir := openStore(t)
 	want := map[string]converge.Written{
@@ -36,12 +47,15 @@ func TestSaveThenLoad(t *testing.T) {
 	if err := s.Save(podID, want); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Load(podID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("loaded %+v, want %+v", got, want)
+	// From what the store wrote, and from the file, as after a restart.
+	for _, from := range []*Store{s, reopen(t, dir)} {
+		got, err := from.Load(podID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("loaded %+v, want %+v", got, want)
+		}
 	}
 	info, err := os.Stat(filepath.Join(dir, podID+".json"))
 	if err != nil || info.Mode().Perm() != 0o600 {
@@ -114,7 +128,7 @@ func TestLoadRefusesAFileOthersCouldHaveWritten(t *testing.T) {
 	if err := os.Chmod(path, 0o622); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Load(podID); err == nil || !strings.Contains(err.Error(), "lets others write it") {
+	if _, err := reopen(t, dir).Load(podID); err == nil || !strings.Contains(err.Error(), "lets others write it") {
 		t.Errorf("a group-writable state file: %v", err)
 	}
 }
@@ -177,6 +191,49 @@ func TestPruneKeepsOnlyListedPods(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 || entries[0].Name() != "running.json" {
 		t.Errorf("left %v, want running.json alone", entries)
+	}
+}
+
+// A pass reads no file the store wrote or read already; a pod removed or
+// pruned is read from its file again.
+func TestLoadReadsEachFileOnce(t *testing.T) {
+	s, dir := openStore(t)
+	path := filepath.Join(dir, podID+".json")
+	saved := map[string]converge.Written{"kernel.shmmni": {Set: "8192", HasSet: true}}
+	if err := s.Save(podID, saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(`{"version": 1, "pod": "`+podID+`", "keys": {"kernel.shmmni": {"set": "9000"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Load(podID); err != nil || !reflect.DeepEqual(got, saved) {
+		t.Errorf("Load after Save: %+v, %v; want what was saved, %+v", got, err, saved)
+	}
+	got, err := s.Load(podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got["kernel.msgmax"] = converge.Written{Set: "1", HasSet: true}
+	if again, _ := s.Load(podID); !reflect.DeepEqual(again, saved) {
+		t.Errorf("a change to what Load returned reached the store: %+v", again)
+	}
+	fromFile := map[string]converge.Written{"kernel.shmmni": {Set: "9000", HasSet: true}}
+	if got, err := reopen(t, dir).Load(podID); err != nil || !reflect.DeepEqual(got, fromFile) {
+		t.Errorf("Load after a restart: %+v, %v; want the file's, %+v", got, err, fromFile)
+	}
+	for _, drop := range []func() error{
+		func() error { return s.Remove(podID) },
+		func() error { _, err := s.Prune(func(string) bool { return false }); return err },
+	} {
+		if err := s.Save(podID, saved); err != nil {
+			t.Fatal(err)
+		}
+		if err := drop(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Load(podID); err != nil || len(got) != 0 {
+			t.Errorf("Load of a pod dropped: %+v, %v; want empty", got, err)
+		}
 	}
 }
 

@@ -335,16 +335,7 @@ func (k *k8sCluster) usageOf(t *testing.T, id string) (peakKiB, rssKiB int, cpu 
 	if err != nil {
 		t.Fatalf("plugin pid %v: %v", pid, err)
 	}
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", int(f))); err == nil {
-		// utime and stime, in clock ticks (100 per second), follow the
-		// command name in parentheses.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 12 {
-			ut, _ := strconv.Atoi(fields[11])
-			st, _ := strconv.Atoi(fields[12])
-			cpu = time.Duration(ut+st) * 10 * time.Millisecond
-		}
-	}
+	cpu = cpuTimeOf(int(f))
 	rssKiB, peakKiB = memoryKiB(data)
 	return peakKiB, rssKiB, cpu
 }

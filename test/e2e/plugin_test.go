@@ -10,9 +10,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -215,4 +217,22 @@ func runExpectExit(t *testing.T, bin string, args ...string) (int, string) {
 		t.Fatalf("run %s: %v", bin, err)
 		return -1, ""
 	}
+}
+
+// cpuTimeOf is the CPU time process pid has used, user and system, at the
+// kernel's 10 ms resolution; 0 if it cannot be read.
+func cpuTimeOf(pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// utime and stime, in clock ticks (100 per second), follow the
+	// command name in parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) <= 12 {
+		return 0
+	}
+	ut, _ := strconv.Atoi(fields[11])
+	st, _ := strconv.Atoi(fields[12])
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
