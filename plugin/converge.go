@@ -394,35 +394,70 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	for i, k := range keys {
 		names[i] = k.Name
 	}
-	live := p.readNamespaces(target, names)
-	readable := keys[:0]
-	for _, k := range keys {
-		v := live[k.Name]
-		if errors.Is(v.Err, podns.ErrSandboxExited) {
-			return 0 // the pod went away mid-pass: quietly
+	// Read, plan and write in one visit to the pod's namespaces.
+	var (
+		readable []converge.Key
+		steps    []converge.Step
+		next     *podRecord
+		wait     time.Duration
+		exited   bool
+	)
+	writeErrs := p.visitNamespaces(target, names, func(live map[string]podns.Value) []sysctl.Sysctl {
+		if readable, exited = withLiveValues(keys, live); exited {
+			return nil
 		}
-		if v.Err != nil {
-			continue // not in this namespace (a per-interface key)
+		fresh.fill(readable)
+		steps = converge.Plan(readable)
+		// The pod's record moves to cur before the writes: a container
+		// decided from here on carries what the pass writes, not the
+		// older config's values, which runc would write over it.
+		if next, wait = p.replaceRecord(rec, mark, cur, sb, leftToOther(steps)); next == nil {
+			return nil
 		}
-		k.Live = v.Value
-		readable = append(readable, k)
-	}
-	fresh.fill(readable)
-	steps := converge.Plan(readable)
-	// The pod's record moves to cur before the writes: a container
-	// decided from here on carries what the pass writes, not the older
-	// config's values, which runc would write over it.
-	next, wait := p.replaceRecord(rec, mark, cur, sb, leftToOther(steps))
-	if next == nil {
+		return writesOf(steps)
+	})
+	switch {
+	case exited:
+		return 0 // the pod went away mid-pass: quietly
+	case next == nil:
 		return wait
 	}
-	if p.applyPlan(rec, target, steps, memory) {
+	if p.applyPlan(rec, steps, memory, writeErrs) {
 		// Its containers see the defaults now, whatever their
 		// annotations say: no longer lacking (Synchronize's count).
 		p.meter.Load().podHealed(rec.id)
 	}
 	next.noteConverged(wantedLive(readable, memory))
 	return next.landingWait()
+}
+
+// withLiveValues is keys with the pod's live value each (live, as read),
+// leaving out the ones not in its namespaces (a per-interface key);
+// exited tells that the pod went away.
+func withLiveValues(keys []converge.Key, live map[string]podns.Value) (readable []converge.Key, exited bool) {
+	for _, k := range keys {
+		v := live[k.Name]
+		if errors.Is(v.Err, podns.ErrSandboxExited) {
+			return nil, true
+		}
+		if v.Err != nil {
+			continue
+		}
+		k.Live = v.Value
+		readable = append(readable, k)
+	}
+	return readable, false
+}
+
+// writesOf is what the plan writes.
+func writesOf(steps []converge.Step) []sysctl.Sysctl {
+	var writes []sysctl.Sysctl
+	for _, s := range steps {
+		if s.Action == converge.Write || s.Action == converge.Restore {
+			writes = append(writes, sysctl.New(s.Key, s.Value))
+		}
+	}
+	return writes
 }
 
 // leftToOther is the keys of steps left to another writer.
@@ -516,20 +551,17 @@ func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[s
 	return memory, nil
 }
 
-// applyPlan carries out the plan's writes, reports what it leaves, and
-// keeps what the plugin now holds of each key (memory, updated in place)
-// in the pod's state. converged is false when a key failed or cannot
-// converge.
-func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge.Step, memory map[string]converge.Written) (converged bool) {
+// applyPlan reports what the plan's writes (made, with writeErrs the
+// keys that failed) and what it leaves, and keeps what the plugin now
+// holds of each key (memory, updated in place) in the pod's state.
+// converged is false when a key failed or cannot converge.
+func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[string]converge.Written, writeErrs []podns.WriteError) (converged bool) {
 	m := p.meter.Load()
 	log := p.recordLog(rec)
-	var writes []sysctl.Sysctl
 	var changes []string
 	held := maps.Clone(memory)
 	for _, s := range steps {
 		switch s.Action {
-		case converge.Write, converge.Restore:
-			writes = append(writes, sysctl.New(s.Key, s.Value))
 		case converge.LeaveToOther:
 			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("left to another writer")
 			m.convergeKeys("left_to_other", 1)
@@ -541,16 +573,14 @@ func (p *plugin) applyPlan(rec *podRecord, target podns.Target, steps []converge
 		}
 	}
 	failed := map[string]bool{}
-	if len(writes) > 0 {
-		for _, e := range p.writeNamespaces(target, writes) {
-			if errors.Is(e.Err, podns.ErrSandboxExited) {
-				return false // the pod went away mid-write: quietly, nothing kept
-			}
-			failed[e.Key] = true
-			log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot converge the key in the running pod; trying again at the next convergence")
+	for _, e := range writeErrs {
+		if errors.Is(e.Err, podns.ErrSandboxExited) {
+			return false // the pod went away mid-write: quietly, nothing kept
 		}
-		m.convergeKeys("failed", len(failed))
+		failed[e.Key] = true
+		log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot converge the key in the running pod; trying again at the next convergence")
 	}
+	m.convergeKeys("failed", len(failed))
 	for _, s := range steps {
 		if failed[s.Key] {
 			continue // the plugin's memory of it stays as it was

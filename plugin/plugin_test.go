@@ -47,6 +47,15 @@ func newTestPlugin(t testing.TB, cfgText string, f *fakeFetcher) *plugin {
 		t.Fatalf("Configure: %v", err)
 	}
 	p.useFetcher(f)
+	// A convergence's visit reads and writes through readNamespaces and
+	// writeNamespaces, as the test has swapped them by then.
+	p.visitNamespaces = func(t podns.Target, keys []string, decide func(map[string]podns.Value) []sysctl.Sysctl) []podns.WriteError {
+		writes := decide(p.readNamespaces(t, keys))
+		if len(writes) == 0 {
+			return nil
+		}
+		return p.writeNamespaces(t, writes)
+	}
 	return p
 }
 

@@ -86,9 +86,13 @@ type plugin struct {
 	modeLogged atomic.Bool
 	// writeNamespaces is swapped in tests.
 	writeNamespaces func(podns.Target, []sysctl.Sysctl) []podns.WriteError
-	// readNamespaces reads a running pod's values (converge.go); swapped
-	// in tests.
+	// readNamespaces reads a pod's values before the plugin writes them
+	// (decide.go); swapped in tests.
 	readNamespaces func(podns.Target, []string) map[string]podns.Value
+	// visitNamespaces reads a running pod's values and writes what its
+	// convergence makes of them, in one visit (converge.go); tests make
+	// it go through the two above.
+	visitNamespaces func(podns.Target, []string, func(map[string]podns.Value) []sysctl.Sysctl) []podns.WriteError
 	// freshValues reads keys in namespaces made fresh (converge.go);
 	// swapped in tests.
 	freshValues func([]string) (map[string]string, error)
@@ -142,6 +146,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		records:         newPodRecords(),
 		writeNamespaces: podns.Write,
 		readNamespaces:  podns.Read,
+		visitNamespaces: podns.Visit,
 		freshValues:     probe.Fresh,
 		synchronized:    make(chan struct{}),
 		events:          noEvents{},

@@ -16,6 +16,19 @@ import (
 // every unprivileged container). Write still reaches the pod's namespace,
 // and the test process's own /proc/sys is left as it was.
 func TestWriteThroughReadOnlyProcSys(t *testing.T) {
+	// Write makes /proc/sys writable before it enters the namespaces;
+	// Visit after it has entered them to read.
+	for name, write := range map[string]func(Target, []sysctl.Sysctl) []WriteError{
+		"Write": writeLocked,
+		"Visit": func(t Target, list []sysctl.Sysctl) []WriteError {
+			return visitLocked(t, []string{list[0].Key()}, func(map[string]Value) []sysctl.Sysctl { return list })
+		},
+	} {
+		t.Run(name, func(t *testing.T) { writeThroughReadOnlyProcSys(t, write) })
+	}
+}
+
+func writeThroughReadOnlyProcSys(t *testing.T, write func(Target, []sysctl.Sysctl) []WriteError) {
 	netns := newNetns(t)
 	key := "net.ipv4.tcp_keepalive_time"
 	want := "4321"
@@ -38,7 +51,7 @@ func TestWriteThroughReadOnlyProcSys(t *testing.T) {
 		if setupErr = unix.Mount("", "/proc/sys", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); setupErr != nil {
 			return
 		}
-		errs = writeLocked(Target{sysctl.Net: {Path: netns}}, []sysctl.Sysctl{sysctl.New(key, want)})
+		errs = write(Target{sysctl.Net: {Path: netns}}, []sysctl.Sysctl{sysctl.New(key, want)})
 	})
 	if setupErr != nil {
 		t.Skipf("cannot make a read-only /proc/sys to test with: %v", setupErr)

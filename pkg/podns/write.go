@@ -31,6 +31,14 @@ func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
 }
 
 func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
+	return writeEntered(newEntered(t, "write"), sysctls)
+}
+
+// writeEntered writes each sysctl through in, on its locked thread, whose
+// /proc/sys it first makes writable (nsthread.WritableProcSys): what
+// /proc/sys shows follows the namespaces the thread entered, before or
+// after.
+func writeEntered(in *entered, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
 	if err := nsthread.WritableProcSys(); err != nil {
 		for _, s := range sysctls {
@@ -38,7 +46,6 @@ func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
 		}
 		return errs
 	}
-	in := newEntered(t, "write")
 	for _, s := range sysctls {
 		if err := in.into(s.Key()); err != nil {
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
