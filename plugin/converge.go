@@ -306,6 +306,18 @@ type freshCache struct {
 	log    *logrus.Logger
 	values map[string]string
 	tried  map[string]bool
+	// failed is why a read failed, until report logs it: fill runs inside
+	// a pod's namespaces (podns.Visit), where a log hook that opens a
+	// socket (syslog reconnecting) would open it in the pod's.
+	failed error
+}
+
+// report logs the read that failed since the last report, if any.
+func (f *freshCache) report() {
+	if f.failed != nil {
+		f.log.WithError(f.failed).Warn("cannot read a fresh namespace's values: where the value before the plugin's is unknown, a key at a value not the plugin's stays as it is")
+		f.failed = nil
+	}
 }
 
 // fill gives each key that needs it (converge.NeedsFresh, so its live
@@ -324,7 +336,7 @@ func (f *freshCache) fill(keys []converge.Key) {
 		}
 		got, err := f.read(missing)
 		if err != nil {
-			f.log.WithError(err).Warn("cannot read a fresh namespace's values: where the value before the plugin's is unknown, a key at a value not the plugin's stays as it is")
+			f.failed = err
 		}
 		for _, name := range missing {
 			f.tried[name] = true
@@ -416,6 +428,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		}
 		return writesOf(steps)
 	})
+	fresh.report()
 	switch {
 	case exited:
 		return 0 // the pod went away mid-pass: quietly
@@ -575,7 +588,10 @@ func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[str
 	failed := map[string]bool{}
 	for _, e := range writeErrs {
 		if errors.Is(e.Err, podns.ErrSandboxExited) {
-			return false // the pod went away mid-write: quietly, nothing kept
+			// The pod went away: quietly, nothing kept. (A visit writes
+			// through the namespaces it read in, so a pod that exits
+			// after the read is written as it goes.)
+			return false
 		}
 		failed[e.Key] = true
 		log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot converge the key in the running pod; trying again at the next convergence")

@@ -32,11 +32,13 @@ func Read(t Target, keys []string) map[string]Value {
 // Visit reads keys in the target namespaces, asks decide what to write
 // from what it read, and writes that, all from one throw-away OS thread
 // that enters each namespace once: a running pod's convergence costs one
-// thread and one entry per namespace, not two (half of a pass's CPU was
-// making threads). decide runs on that thread, inside the pod's
-// namespaces; goroutines it starts run elsewhere, and it must not change
-// the thread's namespaces. It returns one error per key that could not
-// be written, as Write does.
+// thread and one entry per namespace, not two (a third of a pass's CPU
+// was making threads, perf on a paravirtualized VM). The writes go to the
+// namespaces the read entered. decide runs on that thread, inside the
+// pod's namespaces: goroutines it starts run elsewhere, but a socket it
+// opens is the pod's, so it must not open one (nor log through a hook
+// that may), nor change the thread's namespaces. It returns one error per
+// key that could not be written, as Write does.
 func Visit(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
 	nsthread.Run(func() { errs = visitLocked(t, keys, decide) })

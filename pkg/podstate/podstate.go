@@ -56,7 +56,8 @@ var podIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // CPU time where the directory is on a disk). Safe for concurrent use.
 type Store struct {
 	dir string
-	// mu guards known; it is a leaf.
+	// mu guards known; it is a leaf (Prune calls its keep under it, so
+	// keep must take no lock).
 	mu sync.Mutex
 	// known holds, per pod, its state as last read or written (empty for
 	// a pod without a file).

@@ -218,8 +218,16 @@ func TestLoadReadsEachFileOnce(t *testing.T) {
 		t.Errorf("a change to what Load returned reached the store: %+v", again)
 	}
 	fromFile := map[string]converge.Written{"kernel.shmmni": {Set: "9000", HasSet: true}}
-	if got, err := reopen(t, dir).Load(podID); err != nil || !reflect.DeepEqual(got, fromFile) {
+	restarted := reopen(t, dir)
+	if got, err := restarted.Load(podID); err != nil || !reflect.DeepEqual(got, fromFile) {
 		t.Errorf("Load after a restart: %+v, %v; want the file's, %+v", got, err, fromFile)
+	}
+	// What a store read, it holds too.
+	if err := os.WriteFile(path, []byte(`{"version": 1, "pod": "`+podID+`", "keys": {"kernel.shmmni": {"set": "9100"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := restarted.Load(podID); err != nil || !reflect.DeepEqual(got, fromFile) {
+		t.Errorf("second Load after a restart: %+v, %v; want what the first read, %+v", got, err, fromFile)
 	}
 	for _, drop := range []func() error{
 		func() error { return s.Remove(podID) },
@@ -234,6 +242,24 @@ func TestLoadReadsEachFileOnce(t *testing.T) {
 		if got, err := s.Load(podID); err != nil || len(got) != 0 {
 			t.Errorf("Load of a pod dropped: %+v, %v; want empty", got, err)
 		}
+	}
+
+	// A write that failed leaves the file as it may be: the next Load
+	// reads it (here a directory in its place, refused).
+	if err := s.Save(podID, saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "in-the-way"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(podID, fromFile); err == nil {
+		t.Fatal("Save over a directory succeeded")
+	}
+	if got, err := s.Load(podID); err == nil {
+		t.Errorf("Load after a failed Save: %+v from memory, want the file read (and refused)", got)
 	}
 }
 
