@@ -88,11 +88,11 @@ func (s *Store) recalled(podID string) (map[string]converge.Written, bool) {
 	return maps.Clone(keys), true
 }
 
-// forget drops what the store holds of the pods drop names.
-func (s *Store) forget(drop func(podID string) bool) {
+// forget drops what the store holds of the pod.
+func (s *Store) forget(podID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	maps.DeleteFunc(s.known, func(podID string, _ map[string]converge.Written) bool { return drop(podID) })
+	delete(s.known, podID)
 }
 
 // file is a pod's state on disk.
@@ -170,7 +170,7 @@ func (s *Store) Save(podID string, keys map[string]converge.Written) error {
 		return fmt.Errorf("%s: not written: %d bytes, more than %d", path, len(text), maxFileSize)
 	}
 	if err := atomicfile.WriteVolatile(path, append(text, '\n'), 0o600); err != nil {
-		s.forget(func(id string) bool { return id == podID }) // the file may hold either
+		s.forget(podID) // the file may hold either
 		return err
 	}
 	s.remember(podID, f.written())
@@ -237,7 +237,7 @@ func (s *Store) Remove(podID string) error {
 	if err != nil {
 		return err
 	}
-	s.forget(func(id string) bool { return id == podID })
+	s.forget(podID)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -249,7 +249,9 @@ func (s *Store) Remove(podID string) error {
 // not pod state (other names, temporary files of a write cut short) are
 // removed too: the directory is the plugin's alone.
 func (s *Store) Prune(keep func(podID string) bool) ([]string, error) {
-	s.forget(func(id string) bool { return !keep(id) })
+	s.mu.Lock()
+	maps.DeleteFunc(s.known, func(podID string, _ map[string]converge.Written) bool { return !keep(podID) })
+	s.mu.Unlock()
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, err
