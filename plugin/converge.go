@@ -68,29 +68,19 @@ const (
 	// requests, and that must not stop the pass for long).
 	pacerMinRest = 5 * time.Millisecond
 	pacerMaxRest = 100 * time.Millisecond
-	// paceWindow: the worker paces itself while an NRI request is under
-	// way or one returned that recently: a container's start (runc) goes
-	// on after its CreateContainer returned. When none came for that long
-	// no pod is being created, there is nothing to yield to, and a pass
-	// runs without rests, its threads at nice 19 (docs/benchmarks.md).
-	paceWindow = 2 * time.Second
 )
 
-// pacer keeps the worker's share of the CPU while pods are created:
-// after a pod that cost the plugin d of CPU time it owes (share-1)·d of
-// rest. CPU, not wall time: a pod's lookup waits on containerd, and
-// resting for that wait too took a pass over 200 pods from 0.3 s to 2.6 s
-// (make bench-converge). share 1 never rests (the per-pod benchmark
-// measures the work alone).
+// pacer keeps the worker's share of the CPU: after a pod that cost the
+// plugin d of CPU time it owes (share-1)·d of rest. CPU, not wall time: a
+// pod's lookup waits on containerd, and resting for that wait too took a
+// pass over 200 pods from 0.3 s to 2.6 s (make bench-converge). share 1
+// never rests (the per-pod benchmark measures the work alone).
 type pacer struct {
 	share int
 	sleep func(time.Duration)
 	// cpu is the plugin's CPU time so far (processCPU).
-	cpu func() time.Duration
-	// creating tells whether pods are being created (an NRI request
-	// within paceWindow); nil: always. Without, nothing is owed.
-	creating func() bool
-	owed     time.Duration
+	cpu  func() time.Duration
+	owed time.Duration
 }
 
 // processCPU is the CPU time the plugin's threads have used: the worker's
@@ -106,10 +96,6 @@ func processCPU() time.Duration {
 // worked adds work's rest to what is owed, and rests once enough is owed.
 func (p *pacer) worked(work time.Duration) {
 	if p.share <= 1 || work <= 0 {
-		return
-	}
-	if p.creating != nil && !p.creating() {
-		p.owed = 0
 		return
 	}
 	p.owed += work * time.Duration(p.share-1)

@@ -700,51 +700,6 @@ func TestPacerRests(t *testing.T) {
 	}
 }
 
-// The plugin's worker rests only while pods are being created: an NRI
-// request under way, or one returned within paceWindow. A rest owed
-// while none was is not carried over.
-func TestPacerRestsWhilePodsAreCreated(t *testing.T) {
-	p := newPlugin(logrus.New(), nil, "")
-	var rests []time.Duration
-	p.convergePace.sleep = func(d time.Duration) { rests = append(rests, d) }
-	work := 10 * time.Millisecond
-	owed := work * time.Duration(convergeShare-1)
-
-	p.convergePace.worked(work)
-	if len(rests) != 0 {
-		t.Fatalf("rests %v before any request, want none", rests)
-	}
-	if !p.requests.enter() {
-		t.Fatal("the gate refused a request")
-	}
-	p.convergePace.worked(work)
-	p.requests.done()
-	p.convergePace.worked(work)
-	if want := []time.Duration{owed, owed}; fmt.Sprint(rests) != fmt.Sprint(want) {
-		t.Errorf("rests %v during a request and right after it, want %v", rests, want)
-	}
-}
-
-// The create path is busy while a request runs and for d after the last
-// one returned.
-func TestRequestGateActiveWithin(t *testing.T) {
-	var g requestGate
-	if g.activeWithin(time.Hour) {
-		t.Error("a gate that never had a request is active")
-	}
-	g.enter()
-	if !g.activeWithin(0) {
-		t.Error("a gate with a request under way is not active")
-	}
-	g.done()
-	if !g.activeWithin(time.Hour) {
-		t.Error("not active within an hour of a request's return")
-	}
-	if g.activeWithin(0) {
-		t.Error("active within 0 of a request's return, with none under way")
-	}
-}
-
 // The plugin's worker is paced, and a pass rests between its pods: with
 // a CPU clock that moves 1 ms per reading, each pod owes 3 ms, so the
 // rests come every other pod.

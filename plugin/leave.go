@@ -211,15 +211,6 @@ func (g *requestGate) waitQuiet(quiet, limit time.Duration) {
 	}
 }
 
-// activeWithin tells whether a request is under way or one returned
-// within d: the create path is busy, and the convergence worker paces
-// itself (pacer).
-func (g *requestGate) activeWithin(d time.Duration) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.running > 0 || time.Since(g.lastDone) < d
-}
-
 // leave refuses every request from now on and waits until those under
 // way have returned, or until timeout. It tells whether they all did.
 func (g *requestGate) leave(timeout time.Duration) bool {

@@ -126,8 +126,8 @@ type plugin struct {
 	// convergeRetry asks for a pass once containers decided under an
 	// older config have landed (convergeLater); the worker's alone.
 	convergeRetry *time.Timer
-	// convergePace rests the worker between pods while pods are created
-	// (pacer); the worker's alone.
+	// convergePace rests the worker between pods (pacer); the worker's
+	// alone.
 	convergePace pacer
 	podState     *podstate.Store
 	// runningPodsOverride is --running-pods: it wins over the config's
@@ -156,7 +156,6 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		convergeKick:    make(chan struct{}, 1),
 		convergePace:    pacer{share: convergeShare, sleep: time.Sleep, cpu: processCPU},
 	}
-	p.convergePace.creating = func() bool { return p.requests.activeWithin(paceWindow) }
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})
 	return p
 }

@@ -86,8 +86,8 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 	// waits on it, so that the harness's own load is the same in both and
 	// the ratio is the convergence's.
 	var idle, busy []time.Duration
-	// busyTook: reload to the last pod while pods are created, when the
-	// worker paces itself (an idle node's reloads above do not).
+	// busyTook: reload to the last pod while pods are created (the
+	// reloads above are made on a node creating none).
 	var busyTook []time.Duration
 	allPasses := 0
 	for b := range blocks {
