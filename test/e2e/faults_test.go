@@ -368,11 +368,22 @@ func TestPluginStoppedMidRequestFailClosed(t *testing.T) {
 	}
 	t.Cleanup(func() { c.removePod(pod.ID) })
 	p := startPlugin(t, defaultsYAML(nodeDefaults))
+	// The plugin logs its registration before the runtime's Synchronize,
+	// and containerd holds its NRI lock until the answer: a plugin stopped
+	// in between would hold back the CreateContainer below (nothing
+	// queued, CI saw it) or leave the Synchronize queued in its place. A
+	// container created first proves the runtime has let go of the lock.
+	if _, err := c.createContainerErr(pod, "before", []string{"sleep", "3600"}); err != nil {
+		t.Fatalf("container created while the plugin is registered: %v", err)
+	}
 	pid := p.cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	if q, err := receiveQueued(pid); err != nil || q != 0 {
+		t.Fatalf("before the CreateContainer: %d bytes queued for the stopped plugin (%v), want none", q, err)
+	}
 
 	type created struct {
 		id  string
