@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -14,10 +15,27 @@ import (
 // running, the time from a reload to the last of them converged, and pod
 // create+start while they converge against idle, in alternating blocks of
 // one run. Values are read inside a sample of the running pods.
+//
+// NRI_SYSCTL_BENCH_RUNNING_PODS=keep is the control: the same reloads,
+// with the plugin's --running-pods keep, so that what the busy blocks
+// cost without any convergence (the harness's reloads and scrapes, the
+// plugin's checks of each config) is measured the same way. A reload
+// then waits for the plugin's reload counter, and the running pods must
+// still hold the first config's values. NRI_SYSCTL_BENCH_RELOAD_EVERY (a
+// duration; 0, the default: back to back) spaces the busy blocks'
+// reloads, so that the control reloads as often as a converging run.
 func TestBenchConvergeCreatePath(t *testing.T) {
 	skipUnlessBench(t)
 	c := getCluster(t)
 	running := envInt(t, "NRI_SYSCTL_BENCH_RUNNING", 200)
+	keep := os.Getenv("NRI_SYSCTL_BENCH_RUNNING_PODS") == "keep"
+	var reloadEvery time.Duration
+	if v := os.Getenv("NRI_SYSCTL_BENCH_RELOAD_EVERY"); v != "" {
+		var err error
+		if reloadEvery, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("NRI_SYSCTL_BENCH_RELOAD_EVERY=%q: %v", v, err)
+		}
+	}
 	blocks, perBlock := 10, envInt(t, "NRI_SYSCTL_BENCH_PODS", 20)
 	configs := [2]map[string]string{
 		{"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60", "kernel.msgmax": "16384"},
@@ -25,7 +43,11 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 	}
 	keys := sortedKeys(configs[0])
 	addr := freeAddress(t)
-	p := startPlugin(t, defaultsYAML(configs[0]), "--metrics-address", addr, "--log-level", "info")
+	args := []string{"--metrics-address", addr, "--log-level", "info"}
+	if keep {
+		args = append(args, "--running-pods", "keep")
+	}
+	p := startPlugin(t, defaultsYAML(configs[0]), args...)
 	cl := newCRIClient(t, c)
 	var pods []*benchPod
 	t.Cleanup(func() {
@@ -42,24 +64,28 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const written = `nri_sysctl_converge_keys_total{result="written"}`
 	// reload puts configs[i%2] in force and waits until every running pod
-	// has its keys written (the counter), returning how long that took.
+	// has its keys written (the counter; keep: until the reload is done),
+	// returning how long that took.
+	counter, perReload := `nri_sysctl_converge_keys_total{result="written"}`, float64(len(pods)*len(keys))
+	if keep {
+		counter, perReload = `nri_sysctl_config_reloads_total{result="success"}`, 1
+	}
 	reloads := 0
 	reload := func() time.Duration {
-		before := scrape(t, addr)[written]
+		before := scrape(t, addr)[counter]
 		reloads++
 		rewriteConfig(t, p.configPath, defaultsYAML(configs[reloads%2]))
 		start := time.Now()
 		sighup(t, p)
-		want := before + float64(len(pods)*len(keys))
+		want := before + perReload
 		for time.Since(start) < time.Minute {
-			if scrape(t, addr)[written] >= want {
+			if scrape(t, addr)[counter] >= want {
 				return time.Since(start)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatalf("%d running pods not converged a minute after the reload: %s = %v, want %v", len(pods), written, scrape(t, addr)[written], want)
+		t.Fatalf("%d running pods: %s = %v a minute after the reload, want %v", len(pods), counter, scrape(t, addr)[counter], want)
 		return 0
 	}
 	var took []time.Duration
@@ -74,6 +100,10 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 		got, err := cl.readSysctls(pod.ctrID, keys)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if keep {
+			wantSysctls(t, "running pod after the reloads, kept", got, configs[0])
+			continue
 		}
 		wantSysctls(t, "running pod after the reloads", got, configs[reloads%2])
 	}
@@ -106,7 +136,17 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
+				began := time.Now()
 				busyTook = append(busyTook, reload())
+				for time.Since(began) < reloadEvery {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					scrape(t, addr)
+					time.Sleep(50 * time.Millisecond)
+				}
 			}
 		}()
 		for i := range perBlock {
