@@ -4,6 +4,7 @@
 package podns
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -24,8 +25,67 @@ func TestWriteThroughReadOnlyProcSys(t *testing.T) {
 			return visitLocked(t, []string{list[0].Key()}, func(map[string]Value) []sysctl.Sysctl { return list })
 		},
 	} {
-		t.Run(name, func(t *testing.T) { writeThroughReadOnlyProcSys(t, write) })
+		t.Run(name, func(t *testing.T) {
+			forEachProcSys(t, func(t *testing.T) { writeThroughReadOnlyProcSys(t, write) })
+		})
 	}
+}
+
+// forEachProcSys runs test through a visit's own proc instance, checking
+// that one was mounted, and again through the plugin's /proc/sys, as where
+// the kernel or a seccomp profile refuses the instance.
+func forEachProcSys(t *testing.T, test func(t *testing.T)) {
+	mount := openProcInstance
+	t.Cleanup(func() { openProcInstance = mount })
+	t.Run("own proc instance", func(t *testing.T) {
+		fd, err := mount()
+		if err != nil {
+			t.Skipf("cannot mount a proc instance here: %v", err)
+		}
+		unix.Close(fd)
+		mounted := 0
+		openProcInstance = func() (int, error) {
+			mounted++
+			return mount()
+		}
+		defer func() { openProcInstance = mount }()
+		test(t)
+		if mounted == 0 {
+			t.Error("no proc instance of the visit's own was mounted")
+		}
+	})
+	t.Run("plugin's /proc/sys", func(t *testing.T) {
+		openProcInstance = func() (int, error) { return -1, unix.EPERM }
+		defer func() { openProcInstance = mount }()
+		test(t)
+	})
+}
+
+// A visit's proc instance is gone when the visit ends: no fd is left open
+// (an open fd would keep the instance and its dentries).
+func TestVisitLeavesNoProcInstanceOpen(t *testing.T) {
+	netns := newNetns(t)
+	const key = "net.ipv4.tcp_keepalive_time"
+	before := openFds(t)
+	for range 20 {
+		Visit(Target{sysctl.Net: {Path: netns}}, []string{key}, func(map[string]Value) []sysctl.Sysctl {
+			return []sysctl.Sysctl{sysctl.New(key, "601")}
+		})
+	}
+	if after := openFds(t); after > before {
+		t.Fatalf("%d fds open after 20 visits, %d before", after, before)
+	}
+	if got := readIn(t, filepath.Base(netns), key); got != "601" {
+		t.Fatalf("%s in the pod's netns = %s, want 601", key, got)
+	}
+}
+
+func openFds(t *testing.T) int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
 }
 
 func writeThroughReadOnlyProcSys(t *testing.T, write func(Target, []sysctl.Sysctl) []WriteError) {

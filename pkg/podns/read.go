@@ -6,7 +6,6 @@ package podns
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
@@ -25,7 +24,11 @@ type Value struct {
 // goroutine ever runs there.
 func Read(t Target, keys []string) map[string]Value {
 	var out map[string]Value
-	nsthread.Run(func() { out = readEntered(newEntered(t, "read"), keys) })
+	nsthread.Run(func() {
+		ps := openProcSys()
+		defer ps.close()
+		out = readEntered(newEntered(t, "read"), ps, keys)
+	})
 	return out
 }
 
@@ -46,23 +49,25 @@ func Visit(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysct
 }
 
 func visitLocked(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
+	ps := openProcSys()
+	defer ps.close()
 	in := newEntered(t, "read")
-	writes := decide(readEntered(in, keys))
+	writes := decide(readEntered(in, ps, keys))
 	if len(writes) == 0 {
 		return nil
 	}
-	return writeEntered(in, writes)
+	return writeEntered(in, ps, writes)
 }
 
-// readEntered reads each key through in, on its locked thread.
-func readEntered(in *entered, keys []string) map[string]Value {
+// readEntered reads each key through in and ps, on its locked thread.
+func readEntered(in *entered, ps procSys, keys []string) map[string]Value {
 	out := make(map[string]Value, len(keys))
 	for _, k := range keys {
 		if err := in.into(k); err != nil {
 			out[k] = Value{Err: err}
 			continue
 		}
-		data, err := os.ReadFile(sysctl.Path(k))
+		data, err := ps.read(k)
 		out[k] = Value{Value: strings.TrimSpace(string(data)), Err: err}
 	}
 	return out

@@ -43,6 +43,10 @@ func TestReadInPodNetns(t *testing.T) {
 // there: the pod changes, the host does not. A decide that returns
 // nothing writes nothing.
 func TestVisitReadsDecidesAndWritesInThePod(t *testing.T) {
+	forEachProcSys(t, visitReadsDecidesAndWritesInThePod)
+}
+
+func visitReadsDecidesAndWritesInThePod(t *testing.T) {
 	pod := startPodProcess(t)
 	pid := pod.Process.Pid
 	pidfd, err := OpenPidfd(pid)

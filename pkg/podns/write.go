@@ -31,16 +31,17 @@ func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
 }
 
 func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
-	return writeEntered(newEntered(t, "write"), sysctls)
+	ps := openProcSys()
+	defer ps.close()
+	return writeEntered(newEntered(t, "write"), ps, sysctls)
 }
 
-// writeEntered writes each sysctl through in, on its locked thread, whose
-// /proc/sys it first makes writable (nsthread.WritableProcSys): what
-// /proc/sys shows follows the namespaces the thread entered, before or
-// after.
-func writeEntered(in *entered, sysctls []sysctl.Sysctl) []WriteError {
+// writeEntered writes each sysctl through in and ps, on its locked thread,
+// first making sure ps can be written (procSys.writable): what /proc/sys
+// shows follows the namespaces the thread entered, before or after.
+func writeEntered(in *entered, ps procSys, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
-	if err := nsthread.WritableProcSys(); err != nil {
+	if err := ps.writable(); err != nil {
 		for _, s := range sysctls {
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 		}
@@ -51,7 +52,7 @@ func writeEntered(in *entered, sysctls []sysctl.Sysctl) []WriteError {
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 			continue
 		}
-		if err := os.WriteFile(sysctl.Path(s.Key()), []byte(s.Value()), 0o644); err != nil {
+		if err := ps.write(s.Key(), s.Value()); err != nil {
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: unwrapPathError(err)})
 		}
 	}

@@ -111,6 +111,10 @@ func TestWriteIntoPodNetns(t *testing.T) {
 }
 
 func TestWriteReportsEachFailedKey(t *testing.T) {
+	forEachProcSys(t, writeReportsEachFailedKey)
+}
+
+func writeReportsEachFailedKey(t *testing.T) {
 	path := newNetns(t)
 	errs := Write(Target{sysctl.Net: {Path: path}}, []sysctl.Sysctl{
 		sysctl.New("net.ipv4.tcp_keepalive_time", "603"),
