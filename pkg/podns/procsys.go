@@ -4,9 +4,11 @@
 package podns
 
 import (
+	"errors"
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -26,18 +28,50 @@ import (
 // and a longer chain for every other reader of the node's /proc. A
 // visit's own instance holds only its pod's, and frees them at close.
 // It is also writable where the plugin's /proc/sys is mounted read-only
-// (in a container), so no mount namespace is copied to remount it.
+// (in a container), so no mount namespace is copied to remount it. Under
+// a seccomp filter (the systemd unit, a container's RuntimeDefault) the
+// visit uses the plugin's /proc/sys, as before.
 // What /proc/sys shows follows the namespaces of the thread that looks,
 // whichever proc instance it looks through.
 type procSys struct {
 	dir int // the instance's sys directory; -1: the plugin's /proc/sys
 }
 
+// errSeccompFiltered: the plugin runs under a seccomp filter, which may
+// kill it (SIGSYS) at a call it denies rather than fail the call. The
+// systemd unit denies @mount so, and rightly: fsmount would let the plugin
+// reach file systems the unit protects (cgroup2, sysfs).
+var errSeccompFiltered = errors.New("under a seccomp filter: no proc instance of its own")
+
+// seccompFiltered tells, once, whether the process runs under a seccomp
+// filter (the Seccomp line of /proc/self/status; a filter is inherited
+// and never lifted).
+var seccompFiltered = sync.OnceValue(func() bool {
+	status, err := os.ReadFile("/proc/self/status")
+	return err != nil || underSeccompFilter(string(status))
+})
+
+// underSeccompFilter reads a /proc/<pid>/status text: "Seccomp: 2" is a
+// filter, 1 strict mode; 0, or no such line (a kernel without seccomp),
+// none.
+func underSeccompFilter(status string) bool {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return false
+}
+
 // openProcInstance mounts a proc instance of its own, attached nowhere,
 // and returns an fd of its root; swapped in tests for a kernel or a
 // seccomp profile that refuses it (fsopen is Linux 5.2+, and needs
-// CAP_SYS_ADMIN as setns does).
+// CAP_SYS_ADMIN as setns does). Under a seccomp filter it does not try
+// (errSeccompFiltered).
 var openProcInstance = func() (int, error) {
+	if seccompFiltered() {
+		return -1, errSeccompFiltered
+	}
 	fsfd, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, err

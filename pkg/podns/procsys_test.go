@@ -4,6 +4,7 @@
 package podns
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -128,5 +129,44 @@ func writeThroughReadOnlyProcSys(t *testing.T, write func(Target, []sysctl.Sysct
 	}
 	if st.Flags&unix.ST_RDONLY != 0 {
 		t.Fatal("the test process's own /proc/sys changed")
+	}
+}
+
+func TestUnderSeccompFilter(t *testing.T) {
+	for status, want := range map[string]bool{
+		"Name:\tnri-sysctl\nSeccomp:\t0\nSeccomp_filters:\t0\n": false,
+		"Name:\tnri-sysctl\nSeccomp:\t2\nSeccomp_filters:\t1\n": true,
+		"Seccomp:\t1\n":       true,
+		"Name:\tnri-sysctl\n": false, // a kernel without seccomp
+	} {
+		if got := underSeccompFilter(status); got != want {
+			t.Errorf("underSeccompFilter(%q) = %v, want %v", status, got, want)
+		}
+	}
+}
+
+// Under a seccomp filter no proc instance is tried (a filter may kill
+// the plugin at fsopen), and a visit still reads and writes the pod.
+func TestNoProcInstanceUnderSeccompFilter(t *testing.T) {
+	filtered := seccompFiltered
+	t.Cleanup(func() { seccompFiltered = filtered })
+	seccompFiltered = func() bool { return true }
+	if fd, err := openProcInstance(); !errors.Is(err, errSeccompFiltered) {
+		if err == nil {
+			unix.Close(fd)
+		}
+		t.Fatalf("openProcInstance under a seccomp filter: %v, want %v", err, errSeccompFiltered)
+	}
+	if ps := openProcSys(); ps.dir >= 0 {
+		ps.close()
+		t.Fatal("a visit under a seccomp filter has a proc instance of its own")
+	}
+	netns := newNetns(t)
+	const key = "net.ipv4.tcp_keepalive_time"
+	if errs := Write(Target{sysctl.Net: {Path: netns}}, []sysctl.Sysctl{sysctl.New(key, "602")}); len(errs) != 0 {
+		t.Fatalf("Write: %v", errs)
+	}
+	if got := readIn(t, filepath.Base(netns), key); got != "602" {
+		t.Fatalf("%s in the pod's netns = %s, want 602", key, got)
 	}
 }
