@@ -23,16 +23,16 @@ import (
 // kernel) per namespace that looked there, all in one hash chain, and
 // each lookup compares them one by one under the kernel's one sysctl
 // lock. Through the plugin's /proc every visit added the pod's to the
-// chain for good, and walked past the other pods' at each key: on 200
-// running pods, a sixth of a convergence's CPU (perf, docs/benchmarks.md),
-// and a longer chain for every other reader of the node's /proc. A
-// visit's own instance holds only its pod's, and frees them at close.
-// It is also writable where the plugin's /proc/sys is mounted read-only
-// (in a container), so no mount namespace is copied to remount it. Under
-// a seccomp filter (the systemd unit, a container's RuntimeDefault) the
-// visit uses the plugin's /proc/sys, as before.
-// What /proc/sys shows follows the namespaces of the thread that looks,
-// whichever proc instance it looks through.
+// chain for as long as the pod lives, and walked past the other pods' at
+// each key: on 200 running pods, a fifth of a convergence's CPU (perf,
+// docs/benchmarks.md), and a longer chain for every other reader of the
+// node's /proc. A visit's own instance holds only its pod's, and frees
+// them at close. It is writable even where the plugin's /proc/sys is
+// mounted read-only, so no mount namespace is copied to remount it.
+// Under a seccomp filter (the systemd unit, a container's RuntimeDefault)
+// the visit uses the plugin's /proc/sys, as before. What /proc/sys shows
+// follows the namespaces of the thread that looks, whichever proc
+// instance it looks through.
 type procSys struct {
 	dir int // the instance's sys directory; -1: the plugin's /proc/sys
 }
