@@ -75,6 +75,7 @@ type vm struct {
 	name     string
 	dir      string
 	console  string
+	monitor  string // qemu's monitor socket: sysrq for a wedged guest
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	waitErr  error
@@ -114,6 +115,7 @@ func bootVM(t *testing.T, img *nodeImage, scenario, brk string) *vm {
 		name:    scenario,
 		dir:     dir,
 		console: filepath.Join(dir, "console.log"),
+		monitor: filepath.Join(dir, "monitor.sock"),
 		exited:  make(chan struct{}),
 		waiting: map[int]chan agentResult{},
 		ready:   make(chan string, 4),
@@ -123,7 +125,9 @@ func bootVM(t *testing.T, img *nodeImage, scenario, brk string) *vm {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "agent.sock")
-	cmdline := "root=/dev/vda rw console=ttyS0 panic=1 vmtest.scenario=" + scenario
+	// sysrq_always_enabled: a failed test asks the kernel for its blocked
+	// tasks (sysrqBlockedTasks); Debian's default allows no such dump.
+	cmdline := "root=/dev/vda rw console=ttyS0 panic=1 sysrq_always_enabled vmtest.scenario=" + scenario
 	if brk != "" {
 		cmdline += " vmtest.break=" + brk
 	}
@@ -140,7 +144,7 @@ func bootVM(t *testing.T, img *nodeImage, scenario, brk string) *vm {
 		"-accel", "tcg,thread=multi", "-cpu", envOr("NRI_SYSCTL_VM_CPU", "qemu64"), "-m", "2048", "-smp", "2",
 		"-kernel", img.kernel, "-initrd", img.initrd, "-append", cmdline,
 		"-drive", "file=" + disk + ",format=qcow2,if=virtio",
-		"-display", "none", "-monitor", "none", "-nic", "none", "-no-reboot",
+		"-display", "none", "-monitor", "unix:" + v.monitor + ",server=on,wait=off", "-nic", "none", "-no-reboot",
 		"-serial", "file:" + v.console,
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-serial", "chardev:agent",
@@ -320,10 +324,23 @@ func (v *vm) stop() {
 	default:
 	}
 	if v.owner.Failed() {
+		// First, while the guest may still be wedged: what its kernel
+		// blocks on (needs no process in the guest).
+		if err := v.sysrqBlockedTasks(); err != nil {
+			v.owner.Logf("[%s] no blocked-task list from the guest kernel: %v", v.name, err)
+		}
 		if out, err := v.run("systemctl --no-pager --failed; crictl pods; crictl ps -a; journalctl -b --no-pager -o short-monotonic -u containerd -u nri-sysctl -u kubelet -u vmtest-images -u vmtest-setup | tail -n 150; echo '--- the plugin by its journal identifier, also when containerd launched it:'; journalctl -b --no-pager -o short-monotonic -t nri-sysctl | tail -n 40", 2*time.Minute); err == nil || out != "" {
 			v.owner.Logf("[%s] guest state at failure:\n%s", v.name, out)
 		}
 		v.owner.Logf("[%s] console tail:\n%s", v.name, tailFile(v.console, 40))
+		// Last, where a CI log's tail keeps it: the kernel's reports, folded.
+		if data, err := os.ReadFile(v.console); err == nil {
+			if reports := kernelReports(string(data)); len(reports) > 0 {
+				v.owner.Logf("[%s] the guest kernel's reports on the console, folded:\n%s", v.name, strings.Join(reports, "\n"))
+			} else {
+				v.owner.Logf("[%s] the guest kernel reported nothing on the console (no hung task, lockup, stall or oops)", v.name)
+			}
+		}
 	}
 	start := time.Now()
 	line := fmt.Sprintf("0 %s\n", base64.StdEncoding.EncodeToString([]byte("systemctl poweroff --force --force")))

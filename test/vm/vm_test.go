@@ -691,6 +691,26 @@ func TestVMNamespaceMode(t *testing.T) {
 		t.Errorf("containerd %s restarted %s times", namespaceContainerd, n)
 	}
 	v.eventuallyProbe("namespace mode, a pod after boot", nodeDefaults)
+	checkSysrqReachesGuest(t, v)
+}
+
+// checkSysrqReachesGuest: what a failed test prints of a wedged guest
+// (stop, sysrqBlockedTasks) works, so that it is there the day it is needed.
+func checkSysrqReachesGuest(t *testing.T, v *vm) {
+	t.Helper()
+	if err := v.sysrqBlockedTasks(); err != nil {
+		t.Fatalf("[%s] %v", v.name, err)
+	}
+	data, err := os.ReadFile(v.console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := kernelReports(string(data))
+	if !slices.Contains(reports, "1× sysrq: Show Blocked State") {
+		t.Errorf("[%s] sysrq w through qemu's monitor left no blocked-task list on the console; the folded reports: %q", v.name, reports)
+	} else {
+		t.Logf("[%s] sysrq w reaches the guest kernel (what a failed test prints of a wedged guest): %q", v.name, reports)
+	}
 }
 
 // TestVMBrokenUnitIsCaught is the control: with ProtectHostname=yes put
