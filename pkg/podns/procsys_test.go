@@ -34,7 +34,8 @@ func TestWriteThroughReadOnlyProcSys(t *testing.T) {
 
 // forEachProcSys runs test through a visit's own proc instance, checking
 // that one was mounted, and again through the plugin's /proc/sys, as where
-// the kernel or a seccomp profile refuses the instance.
+// the kernel or a seccomp profile refuses the instance. Each subtest sets
+// openProcInstance; the cleanup puts the real one back.
 func forEachProcSys(t *testing.T, test func(t *testing.T)) {
 	mount := openProcInstance
 	t.Cleanup(func() { openProcInstance = mount })
@@ -49,7 +50,6 @@ func forEachProcSys(t *testing.T, test func(t *testing.T)) {
 			mounted++
 			return mount()
 		}
-		defer func() { openProcInstance = mount }()
 		test(t)
 		if mounted == 0 {
 			t.Error("no proc instance of the visit's own was mounted")
@@ -57,7 +57,6 @@ func forEachProcSys(t *testing.T, test func(t *testing.T)) {
 	})
 	t.Run("plugin's /proc/sys", func(t *testing.T) {
 		openProcInstance = func() (int, error) { return -1, unix.EPERM }
-		defer func() { openProcInstance = mount }()
 		test(t)
 	})
 }

@@ -37,17 +37,17 @@ func (v *vm) sysrqBlockedTasks() error {
 	}
 	// The kernel writes the list at the guest's pace (TCG): wait until the
 	// console stops growing.
-	last := int64(-1)
+	last := -1
 	for range 20 {
 		time.Sleep(500 * time.Millisecond)
-		fi, err := os.Stat(v.console)
+		data, err := os.ReadFile(v.console)
 		if err != nil {
 			return err
 		}
-		if fi.Size() == last && strings.Contains(tailFile(v.console, 4000), "Show Blocked State") {
+		if len(data) == last && strings.Contains(string(data), "Show Blocked State") {
 			return nil
 		}
-		last = fi.Size()
+		last = len(data)
 	}
 	return nil
 }
@@ -57,8 +57,9 @@ func (v *vm) sysrqBlockedTasks() error {
 var (
 	reportStart = regexp.MustCompile(`(INFO: task \S+ blocked for more than|BUG: soft lockup|rcu: INFO: |self-detected stall|hard LOCKUP|BUG: |Oops|WARNING: |general protection fault|Kernel panic|sysrq: Show Blocked State)`)
 	taskLine    = regexp.MustCompile(`task:(\S+)\s+state:(\S)`)
-	frameLine   = regexp.MustCompile(`^\s*(?:\? )?([A-Za-z_][A-Za-z0-9_.]*)\+0x[0-9a-f]+/0x[0-9a-f]+`)
-	timestamp   = regexp.MustCompile(`^\[\s*[0-9.]+\]\s?`)
+	// A frame the unwinder is sure of: " ? name+..." ones are guesses.
+	frameLine = regexp.MustCompile(`^\s*([A-Za-z_][A-Za-z0-9_.]*)\+0x[0-9a-f]+/0x[0-9a-f]+`)
+	timestamp = regexp.MustCompile(`^\[\s*[0-9.]+\]\s?`)
 	// What differs between repeats of one report: the pid, the time.
 	hungFor  = regexp.MustCompile(`:\d+ blocked for more than \d+ seconds`)
 	stuckFor = regexp.MustCompile(`stuck for \d+s!.*`)
@@ -80,31 +81,24 @@ var schedulerFrames = map[string]bool{
 func kernelReports(console string) []string {
 	const framesShown = 5
 	headers := map[string]int{}
-	type stack struct {
-		tasks map[string]int
-		n     int
-	}
-	stacks := map[string]*stack{}
+	stacks := map[string]map[string]int{} // frames → task → times seen
 	var task string
 	var frames []string
 	flush := func() {
 		if task != "" && len(frames) > 0 {
 			key := strings.Join(frames, " < ")
-			s := stacks[key]
-			if s == nil {
-				s = &stack{tasks: map[string]int{}}
-				stacks[key] = s
+			if stacks[key] == nil {
+				stacks[key] = map[string]int{}
 			}
-			s.tasks[task]++
-			s.n++
+			stacks[key][task]++
 		}
 		task, frames = "", nil
 	}
 	for _, line := range strings.Split(console, "\n") {
 		line = timestamp.ReplaceAllString(strings.TrimRight(line, "\r"), "")
-		if m := reportStart.FindString(line); m != "" {
+		if at := reportStart.FindStringIndex(line); at != nil {
 			flush()
-			headers[reportHeader(line, m)]++
+			headers[reportHeader(line[at[0]:])]++
 			continue
 		}
 		if m := taskLine.FindStringSubmatch(line); m != nil {
@@ -117,7 +111,7 @@ func kernelReports(console string) []string {
 			continue
 		}
 		if m := frameLine.FindStringSubmatch(line); m != nil && task != "" {
-			if !schedulerFrames[m[1]] && len(frames) < framesShown && !strings.HasPrefix(strings.TrimSpace(line), "?") {
+			if !schedulerFrames[m[1]] && len(frames) < framesShown {
 				frames = append(frames, m[1])
 			}
 		}
@@ -128,23 +122,24 @@ func kernelReports(console string) []string {
 		out = append(out, fmt.Sprintf("%d× %s", headers[h], h))
 	}
 	counts := map[string]int{}
-	for k, s := range stacks {
-		counts[k] = s.n
+	for k, tasks := range stacks {
+		for _, n := range tasks {
+			counts[k] += n
+		}
 	}
 	for _, k := range sortedByCount(counts) {
-		names := sortedByCount(stacks[k].tasks)
+		names := sortedByCount(stacks[k])
 		if len(names) > 6 {
 			names = append(names[:6], "...")
 		}
-		out = append(out, fmt.Sprintf("%d× blocked at %s: %s", stacks[k].n, k, strings.Join(names, " ")))
+		out = append(out, fmt.Sprintf("%d× blocked at %s: %s", counts[k], k, strings.Join(names, " ")))
 	}
 	return out
 }
 
-// reportHeader is a report's first line from where its marker starts,
-// with the task's pid and the seconds taken out so that repeats fold.
-func reportHeader(line, marker string) string {
-	h := line[strings.Index(line, marker):]
+// reportHeader is a report's first line from its marker on, with the
+// task's pid and the seconds taken out so that repeats fold.
+func reportHeader(h string) string {
 	h = hungFor.ReplaceAllString(h, " blocked for more than 120s")
 	h = stuckFor.ReplaceAllString(h, "stuck")
 	if len(h) > 120 {
@@ -172,6 +167,26 @@ func sortedByCount(m map[string]int) []string {
 // list, as the 6.1 guest kernel prints them; a frame after a stack's end
 // and a boot line that names the watchdog are no part of any report.
 func TestKernelReports(t *testing.T) {
+	// Tasks blocked in fork, one stack each, as sysrq w lists them.
+	forkBlocked := func(tasks ...string) string {
+		var b strings.Builder
+		for i, task := range tasks {
+			fmt.Fprintf(&b, `[  800.000001] task:%-15s state:D stack:0     pid:%d  ppid:4200   flags:0x00004002
+[  800.000002] Call Trace:
+[  800.000003]  <TASK>
+[  800.000004]  __schedule+0x34d/0x9e0
+[  800.000005]  schedule+0x5a/0xd0
+[  800.000006]  percpu_rwsem_wait+0xa8/0xd0
+[  800.000007]  __percpu_down_read+0x5b/0x70
+[  800.000008]  copy_process+0x1a2b/0x1b90
+[  800.000009]  kernel_clone+0x9d/0x3f0
+[  800.000010]  __do_sys_clone+0x66/0x90
+[  800.000011]  do_syscall_64+0x55/0xb0
+[  800.000012]  </TASK>
+`, task, 4242+i)
+		}
+		return b.String()
+	}
 	console := `[  600.123456] INFO: task systemd:1 blocked for more than 120 seconds.
 [  600.123457]       Not tainted 6.1.0-57-cloud-amd64 #1 Debian 6.1.192-3
 [  600.123458] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.
@@ -202,40 +217,8 @@ func TestKernelReports(t *testing.T) {
 [  722.000011]  vfs_write+0x2c7/0x3e0
 [  722.000012]  </TASK>
 [  800.000000] sysrq: Show Blocked State
-[  800.000001] task:runc            state:D stack:0     pid:4242  ppid:4200   flags:0x00004002
-[  800.000002] Call Trace:
-[  800.000003]  <TASK>
-[  800.000004]  __schedule+0x34d/0x9e0
-[  800.000005]  schedule+0x5a/0xd0
-[  800.000006]  percpu_rwsem_wait+0xa8/0xd0
-[  800.000007]  __percpu_down_read+0x5b/0x70
-[  800.000008]  copy_process+0x1a2b/0x1b90
-[  800.000009]  kernel_clone+0x9d/0x3f0
-[  800.000010]  __do_sys_clone+0x66/0x90
-[  800.000011]  do_syscall_64+0x55/0xb0
-[  800.000012]  </TASK>
-[  800.000013] task:bash            state:D stack:0     pid:4300  ppid:300    flags:0x00004002
-[  800.000014] Call Trace:
-[  800.000015]  <TASK>
-[  800.000016]  __schedule+0x34d/0x9e0
-[  800.000017]  schedule+0x5a/0xd0
-[  800.000018]  percpu_rwsem_wait+0xa8/0xd0
-[  800.000019]  __percpu_down_read+0x5b/0x70
-[  800.000020]  copy_process+0x1a2b/0x1b90
-[  800.000021]  kernel_clone+0x9d/0x3f0
-[  800.000022]  __do_sys_clone+0x66/0x90
-[  800.000023]  </TASK>
-[  800.000024] task:runc            state:D stack:0     pid:4243  ppid:4201   flags:0x00004002
-[  800.000025] Call Trace:
-[  800.000026]  <TASK>
-[  800.000027]  __schedule+0x34d/0x9e0
-[  800.000028]  percpu_rwsem_wait+0xa8/0xd0
-[  800.000029]  __percpu_down_read+0x5b/0x70
-[  800.000030]  copy_process+0x1a2b/0x1b90
-[  800.000031]  kernel_clone+0x9d/0x3f0
-[  800.000032]  __do_sys_clone+0x66/0x90
-[  800.000033]  </TASK>
-[  800.000034] task:kworker/0:1     state:I stack:0     pid:12    ppid:2      flags:0x00004000
+` + forkBlocked("runc", "bash", "runc") +
+		`[  800.000034] task:kworker/0:1     state:I stack:0     pid:12    ppid:2      flags:0x00004000
 [  800.000035] Call Trace:
 [  800.000036]  <TASK>
 [  800.000037]  __schedule+0x34d/0x9e0

@@ -332,9 +332,12 @@ func (v *vm) stop() {
 		if out, err := v.run("systemctl --no-pager --failed; crictl pods; crictl ps -a; journalctl -b --no-pager -o short-monotonic -u containerd -u nri-sysctl -u kubelet -u vmtest-images -u vmtest-setup | tail -n 150; echo '--- the plugin by its journal identifier, also when containerd launched it:'; journalctl -b --no-pager -o short-monotonic -t nri-sysctl | tail -n 40", 2*time.Minute); err == nil || out != "" {
 			v.owner.Logf("[%s] guest state at failure:\n%s", v.name, out)
 		}
-		v.owner.Logf("[%s] console tail:\n%s", v.name, tailFile(v.console, 40))
-		// Last, where a CI log's tail keeps it: the kernel's reports, folded.
-		if data, err := os.ReadFile(v.console); err == nil {
+		data, err := os.ReadFile(v.console)
+		if err != nil {
+			v.owner.Logf("[%s] console: %v", v.name, err)
+		} else {
+			v.owner.Logf("[%s] console tail:\n%s", v.name, lastLines(string(data), 40))
+			// Last, where a CI log's tail keeps it: the kernel's reports, folded.
 			if reports := kernelReports(string(data)); len(reports) > 0 {
 				v.owner.Logf("[%s] the guest kernel's reports on the console, folded:\n%s", v.name, strings.Join(reports, "\n"))
 			} else {
