@@ -39,11 +39,14 @@ const (
 	// which no request deadline covers.
 	convergeLookupTimeout = 10 * time.Second
 	// Before each pod the worker waits until no NRI request is under way
-	// and none has returned for yieldQuiet (a pod's creation is a few
-	// requests apart), at most yieldWait: it yields to the create path,
-	// and under constant pod churn still converges 200 pods within a
-	// minute.
-	yieldQuiet = 50 * time.Millisecond
+	// and none has returned for yieldQuiet, at most yieldWait. yieldQuiet
+	// spans the gap between one pod's requests and the next pod's (its
+	// sandbox is set up before its first request), so while pods are
+	// being created the worker takes one pod per yieldWait, about 1 % of
+	// a core, and still converges 200 pods within a minute; on a node
+	// creating none it goes on at its pace. At 50 ms, pods created one
+	// after another paid some 10 % at p50 (docs/benchmarks.md).
+	yieldQuiet = 2 * time.Second
 	yieldWait  = 250 * time.Millisecond
 	// specLanding is how long after a spec-mode container's decision its
 	// sysctls may still land in the pod: kubelet starts the container

@@ -104,6 +104,48 @@ func TestRequestGate(t *testing.T) {
 			t.Fatal("quiet did not return at its limit")
 		}
 	})
+	// Convergence's yield (converge.go): it goes on at once on a node
+	// creating no pods, waits for a quiet moment, and under constant pod
+	// creation goes on at its limit, one pod at a time.
+	waitQuiet := func(t *testing.T, g *requestGate, quiet, limit time.Duration) time.Duration {
+		t.Helper()
+		start, done := time.Now(), make(chan struct{})
+		go func() { g.waitQuiet(quiet, limit); close(done) }()
+		select {
+		case <-done:
+			return time.Since(start)
+		case <-time.After(nriWait):
+			t.Fatalf("waitQuiet(%v, %v) did not return within %v", quiet, limit, nriWait)
+			return 0
+		}
+	}
+	t.Run("waitQuiet goes on at once when no request came", func(t *testing.T) {
+		var g requestGate
+		waitQuiet(t, &g, time.Hour, time.Hour)
+	})
+	t.Run("waitQuiet goes on at once when the last request is older than quiet", func(t *testing.T) {
+		var g requestGate
+		g.enter()
+		g.done()
+		g.lastDone = time.Now().Add(-time.Minute)
+		waitQuiet(t, &g, time.Second, time.Hour)
+	})
+	t.Run("waitQuiet waits out quiet after a request returned", func(t *testing.T) {
+		var g requestGate
+		g.enter()
+		g.done()
+		if took := waitQuiet(t, &g, 100*time.Millisecond, time.Hour); took < 90*time.Millisecond {
+			t.Errorf("waitQuiet returned after %v, before the quiet of 100ms", took)
+		}
+	})
+	t.Run("waitQuiet goes on at its limit while requests keep coming", func(t *testing.T) {
+		var g requestGate
+		g.enter() // under way for the whole wait
+		if took := waitQuiet(t, &g, time.Hour, 100*time.Millisecond); took < 100*time.Millisecond {
+			t.Errorf("waitQuiet returned after %v, before its limit of 100ms", took)
+		}
+		g.done()
+	})
 	t.Run("leave gives up after its timeout", func(t *testing.T) {
 		var g requestGate
 		g.enter()
