@@ -124,10 +124,7 @@ func TestRequestGate(t *testing.T) {
 		waitQuiet(t, &g, time.Hour, time.Hour)
 	})
 	t.Run("waitQuiet goes on at once when the last request is older than quiet", func(t *testing.T) {
-		var g requestGate
-		g.enter()
-		g.done()
-		g.lastDone = time.Now().Add(-time.Minute)
+		g := requestGate{lastDone: time.Now().Add(-time.Minute)}
 		waitQuiet(t, &g, time.Second, time.Hour)
 	})
 	t.Run("waitQuiet waits out quiet after a request returned", func(t *testing.T) {

@@ -129,9 +129,10 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 	// waits on it, so that the harness's own load is the same in both and
 	// the ratio is the convergence's.
 	var idle, busy []time.Duration
-	// rest: the same without each block's first pods, which start beside
-	// a busy block's first reload and its checks (a throw-away namespace
-	// set, the user namespace helper): what a pass costs apart from them.
+	// idleRest, busyRest: the same without each block's first pods, which
+	// start beside a busy block's first reload and its checks (a
+	// throw-away namespace set, the user namespace helper): what a pass
+	// costs apart from them.
 	var idleRest, busyRest []time.Duration
 	const blockHead = 2
 	// busyTook: each pass's reload to the last pod while pods are created
@@ -165,15 +166,13 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			side, rest := &idle, &idleRest
 			if converging {
-				busy = append(busy, tm.total())
-			} else {
-				idle = append(idle, tm.total())
+				side, rest = &busy, &busyRest
 			}
-			if i >= blockHead && converging {
-				busyRest = append(busyRest, tm.total())
-			} else if i >= blockHead {
-				idleRest = append(idleRest, tm.total())
+			*side = append(*side, tm.total())
+			if i >= blockHead {
+				*rest = append(*rest, tm.total())
 			}
 			if err := cl.removePod(pod, &podTiming{}); err != nil {
 				t.Fatal(err)
