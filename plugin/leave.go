@@ -144,6 +144,8 @@ type requestGate struct {
 	// nothing, the channel it waits on until the connection is closed;
 	// made by leave.
 	closeOffers chan chan struct{}
+	// sleep is waitQuiet's sleep: time.Sleep when nil (tests count it).
+	sleep func(time.Duration)
 }
 
 // enter admits a request; false once the plugin is leaving. An admitted
@@ -193,8 +195,15 @@ func (g *requestGate) done() {
 }
 
 // waitQuiet waits until no NRI request is under way and none returned for
-// quiet, at most for limit.
+// quiet, at most for limit. Each sleep is the least time until quiet can
+// be reached (a request under way ends no sooner than now), so the worker
+// wakes a few times a wait, not every few milliseconds: on a node
+// creating pods it waits nearly all the time.
 func (g *requestGate) waitQuiet(quiet, limit time.Duration) {
+	sleep := g.sleep
+	if sleep == nil {
+		sleep = time.Sleep
+	}
 	deadline := time.Now().Add(limit)
 	for {
 		g.mu.Lock()
@@ -207,7 +216,7 @@ func (g *requestGate) waitQuiet(quiet, limit time.Duration) {
 		if wait <= 0 || left <= 0 {
 			return
 		}
-		time.Sleep(min(wait, left, 5*time.Millisecond))
+		sleep(min(wait, left))
 	}
 }
 

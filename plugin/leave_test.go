@@ -143,6 +143,19 @@ func TestRequestGate(t *testing.T) {
 		}
 		g.done()
 	})
+	t.Run("waitQuiet sleeps once a wait while a request is under way", func(t *testing.T) {
+		// On a node creating pods the worker waits nearly all the time:
+		// waking every few milliseconds to look would cost the create path
+		// what the wait saves it.
+		sleeps := 0
+		g := requestGate{sleep: func(d time.Duration) { sleeps++; time.Sleep(d) }}
+		g.enter()
+		waitQuiet(t, &g, time.Hour, 100*time.Millisecond)
+		g.done()
+		if sleeps > 2 {
+			t.Errorf("waitQuiet slept %d times over its limit of 100ms, want at most 2", sleeps)
+		}
+	})
 	t.Run("leave gives up after its timeout", func(t *testing.T) {
 		var g requestGate
 		g.enter()
