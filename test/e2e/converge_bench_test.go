@@ -26,6 +26,9 @@ import (
 // reloads, so that the control reloads as often as a converging run.
 // NRI_SYSCTL_BENCH_STATE=tmpfs keeps the plugin's pod state on a tmpfs
 // (/dev/shm), as /run is on a node, instead of the run's directory.
+// NRI_SYSCTL_BENCH_BLOCKS (even, default 10) and NRI_SYSCTL_BENCH_PODS
+// (default 20) size the timed part: a ratio known to about +/-0.02 needs
+// some 1,200 pods a side here (docs/benchmarks.md).
 func TestBenchConvergeCreatePath(t *testing.T) {
 	skipUnlessBench(t)
 	c := getCluster(t)
@@ -38,7 +41,10 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 			t.Fatalf("NRI_SYSCTL_BENCH_RELOAD_EVERY=%q: %v", v, err)
 		}
 	}
-	blocks, perBlock := 10, envInt(t, "NRI_SYSCTL_BENCH_PODS", 20)
+	blocks, perBlock := envInt(t, "NRI_SYSCTL_BENCH_BLOCKS", 10), envInt(t, "NRI_SYSCTL_BENCH_PODS", 20)
+	if blocks%2 != 0 {
+		t.Fatalf("NRI_SYSCTL_BENCH_BLOCKS=%d: want an even number, as many idle blocks as busy ones", blocks)
+	}
 	configs := [2]map[string]string{
 		{"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "60", "kernel.msgmax": "16384"},
 		{"net.ipv4.tcp_keepalive_time": "650", "net.ipv4.tcp_keepalive_intvl": "61", "kernel.msgmax": "16000"},
