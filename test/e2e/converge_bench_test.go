@@ -134,22 +134,18 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 	// alternating blocks. Idle blocks scrape /metrics as often as reload
 	// waits on it, so that the harness's own load is the same in both and
 	// the ratio is the convergence's.
-	var idle, busy []time.Duration
-	// idleRest, busyRest: the same without each block's first pods, which
-	// start beside a busy block's first reload and its checks (a
-	// throw-away namespace set, the user namespace helper): what a pass
-	// costs apart from them.
-	var idleRest, busyRest []time.Duration
+	var idle, busy benchSide
 	const blockHead = 2
 	// busyTook: each pass's reload to the last pod while pods are created
 	// (the reloads above are made on a node creating none). Only the
 	// block's goroutine appends, and it has ended before it is read.
 	var busyTook []time.Duration
-	// The plugin's CPU time and the blocks' wall time, per side: what the
-	// plugin costs the machine while pods are created, waits included.
-	var cpuIdle, cpuBusy, wallIdle, wallBusy time.Duration
 	for b := range blocks {
 		converging := b%2 == 1
+		side := &idle
+		if converging {
+			side = &busy
+		}
 		stop, done := make(chan struct{}), make(chan struct{})
 		blockStart, blockCPU := time.Now(), cpuTimeOf(p.cmd.Process.Pid)
 		passesBefore := len(busyTook)
@@ -176,45 +172,48 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			side, rest := &idle, &idleRest
-			if converging {
-				side, rest = &busy, &busyRest
-			}
-			*side = append(*side, tm.total())
+			side.all = append(side.all, tm.total())
 			if i >= blockHead {
-				*rest = append(*rest, tm.total())
+				side.rest = append(side.rest, tm.total())
 			}
 			if err := cl.removePod(pod, &podTiming{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		blockCPUUsed, blockWall := cpuTimeOf(p.cmd.Process.Pid)-blockCPU, time.Since(blockStart)
-		if converging {
-			cpuBusy, wallBusy = cpuBusy+blockCPUUsed, wallBusy+blockWall
-		} else {
-			cpuIdle, wallIdle = cpuIdle+blockCPUUsed, wallIdle+blockWall
-		}
+		side.cpu += cpuTimeOf(p.cmd.Process.Pid) - blockCPU
+		side.wall += time.Since(blockStart)
 		close(stop)
 		<-done
 		if converging && len(busyTook) == passesBefore {
 			t.Fatalf("block %d: no convergence pass finished while its pods were created", b)
 		}
 	}
-	di, db := distOf(idle), distOf(busy)
+	di, db := distOf(idle.all), distOf(busy.all)
 	t.Logf("pod create+start, idle: p50 %s ms, p90 %s ms (%d pods)", ms(di.P50), ms(di.P90), di.N)
 	t.Logf("pod create+start, while %s: p50 %s ms, p90 %s ms (%d pods, %d reloads)", busyWith, ms(db.P50), ms(db.P90), db.N, len(busyTook))
 	t.Logf("ratio busy/idle: p50 %s, p90 %s", ratio(db.P50, di.P50), ratio(db.P90, di.P90))
-	t.Logf("the plugin's CPU while pods are created: idle blocks %.1f ms a second, busy blocks %.1f ms a second", perSecond(cpuIdle, wallIdle), perSecond(cpuBusy, wallBusy))
+	t.Logf("the plugin's CPU while pods are created: idle blocks %.1f ms a second, busy blocks %.1f ms a second", perSecond(idle.cpu, idle.wall), perSecond(busy.cpu, busy.wall))
 	bt := distOf(busyTook)
 	t.Logf("reload to %s while pods are created: p50 %s ms, min %s, max %s (%d reloads)", reloaded, ms(bt.P50), ms(bt.Min), ms(bt.Max), bt.N)
-	lo50, hi50 := bootstrapRatio(busy, idle, 50, 50)
-	lo90, hi90 := bootstrapRatio(busy, idle, 90, 50)
+	lo50, hi50 := bootstrapRatio(busy.all, idle.all, 50, 50)
+	lo90, hi90 := bootstrapRatio(busy.all, idle.all, 90, 50)
 	t.Logf("ratio by chance alone (bootstrap, 5th-95th percentile): p50 %.3f-%.3f, p90 %.3f-%.3f", lo50, hi50, lo90, hi90)
-	if dri, drb := distOf(idleRest), distOf(busyRest); dri.N > 0 && drb.N > 0 {
-		lo50, hi50 = bootstrapRatio(busyRest, idleRest, 50, 50)
-		lo90, hi90 = bootstrapRatio(busyRest, idleRest, 90, 50)
+	if dri, drb := distOf(idle.rest), distOf(busy.rest); dri.N > 0 && drb.N > 0 {
+		lo50, hi50 = bootstrapRatio(busy.rest, idle.rest, 50, 50)
+		lo90, hi90 = bootstrapRatio(busy.rest, idle.rest, 90, 50)
 		t.Logf("without each block's first %d pods: ratio p50 %s, p90 %s (%d and %d pods; by chance alone p50 %.3f-%.3f, p90 %.3f-%.3f)", blockHead, ratio(drb.P50, dri.P50), ratio(drb.P90, dri.P90), drb.N, dri.N, lo50, hi50, lo90, hi90)
 	}
+}
+
+// benchSide is one side of TestBenchConvergeCreatePath's blocks, idle or
+// busy: each pod's create+start (all), the same without each block's first
+// pods (rest: they start beside a busy block's first reload and its
+// checks, a throw-away namespace set and the user namespace helper), and
+// the plugin's CPU time over the blocks' wall time (what it costs the
+// machine while pods are created, waits included).
+type benchSide struct {
+	all, rest []time.Duration
+	cpu, wall time.Duration
 }
 
 // perSecond is used over wall, in milliseconds a second.
