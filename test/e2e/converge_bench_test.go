@@ -16,7 +16,8 @@ import (
 // running, the time from a reload to the last of them converged, and pod
 // create+start while they converge against idle, in alternating blocks of
 // one run (idle-busy, busy-idle, ...; an idle block after a busy one, and
-// the first, start once a pass the plugin may have asked for is over). Values are read inside a sample of the running pods.
+// the first, start once a pass the plugin may have asked for is over).
+// Values are read inside a sample of the running pods.
 //
 // NRI_SYSCTL_BENCH_RUNNING_PODS=keep is the control: the same reloads,
 // with the plugin's --running-pods keep, so that what the busy blocks
@@ -147,9 +148,9 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 	var blockP50s []string
 	for b := range blocks {
 		converging := busyBlock(b)
-		side := &idle
+		side, sideName := &idle, "idle"
 		if converging {
-			side = &busy
+			side, sideName = &busy, "busy"
 		}
 		if !converging && (b == 0 || busyBlock(b-1)) {
 			// A pass may have asked for another specLanding (30 s,
@@ -197,7 +198,7 @@ func TestBenchConvergeCreatePath(t *testing.T) {
 		cpu, wall := cpuTimeOf(p.cmd.Process.Pid)-blockCPU, time.Since(blockStart)
 		side.cpu += cpu
 		side.wall += wall
-		blockP50s = append(blockP50s, fmt.Sprintf("%s %s (plugin CPU %.1f ms/s)", map[bool]string{false: "idle", true: "busy"}[converging], ms(distOf(times).P50), perSecond(cpu, wall)))
+		blockP50s = append(blockP50s, fmt.Sprintf("%s %s (plugin CPU %.1f ms/s)", sideName, ms(distOf(times).P50), perSecond(cpu, wall)))
 		close(stop)
 		<-done
 		if converging && len(busyTook) == passesBefore {
