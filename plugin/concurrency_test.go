@@ -218,6 +218,7 @@ func newConcPlugin(t *testing.T, runtimeVersion string, f podsysctl.Fetcher, log
 	log := logrus.New()
 	log.SetOutput(logOut)
 	p := newPlugin(log, nil, "")
+	holdAsTheSandboxSays(p)
 	if _, err := p.Configure(context.Background(), concCfgA, "containerd", runtimeVersion); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}

@@ -111,7 +111,7 @@ func (p *pacer) worked(work time.Duration) {
 
 // runningPods are the pods the runtime runs, as the worker reaches them:
 // listed at Synchronize, added at RunPodSandbox, dropped at
-// RemovePodSandbox. injected holds, per pod listed at Synchronize, what
+// StopPodSandbox and RemovePodSandbox. injected holds, per pod listed at Synchronize, what
 // its containers' nri-sysctl.io/injected annotations say the plugin set
 // on their specs before it (re)started. mu is a leaf.
 type runningPods struct {
@@ -121,6 +121,22 @@ type runningPods struct {
 	// cannot holds, per pod, the keys already reported as out of the
 	// writer's reach: each is reported once, not at every pass.
 	cannot map[string]map[string]bool
+	// notHeld holds the pods already reported as ones whose sandbox
+	// process the plugin does not hold (heldPods): reported once.
+	notHeld map[string]bool
+}
+
+// firstNotHeld tells whether the pod has not been reported yet as one
+// whose process the plugin does not hold, and marks it reported.
+func (r *runningPods) firstNotHeld(podID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.notHeld == nil {
+		r.notHeld = map[string]bool{}
+	}
+	first := !r.notHeld[podID]
+	r.notHeld[podID] = true
+	return first
 }
 
 // firstCannot tells whether key has not been reported yet as one the
@@ -162,6 +178,9 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pods, r.injected = next, injected
+	// What was reported of pods no longer listed goes with them.
+	maps.DeleteFunc(r.cannot, func(id string, _ map[string]bool) bool { return next[id] == nil })
+	maps.DeleteFunc(r.notHeld, func(id string, _ bool) bool { return next[id] == nil })
 }
 
 func (r *runningPods) add(pod *api.PodSandbox) {
@@ -179,6 +198,7 @@ func (r *runningPods) remove(id string) {
 	delete(r.pods, id)
 	delete(r.injected, id)
 	delete(r.cannot, id)
+	delete(r.notHeld, id)
 }
 
 // list is the running pods, by ID, each with what its containers'
@@ -373,11 +393,15 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		return 0 // not running: nothing to write into
 	}
 	rec := p.record(sb)
-	info, target, release, ok := heldTarget(sb)
-	if !ok {
-		return 0 // gone since it was listed
+	target, release, err := p.held.target(rec.id)
+	if err != nil {
+		if p.running.firstNotHeld(rec.id) {
+			p.recordLog(rec).WithError(err).Warn("cannot converge the pod: the plugin does not hold its sandbox process, so it writes nothing into it")
+		}
+		return 0
 	}
 	defer release()
+	info := rec.pod
 
 	lookupCtx, cancel := context.WithTimeout(ctx, convergeLookupTimeout)
 	own, ok := p.ownSysctls(lookupCtx, rec)
@@ -667,27 +691,6 @@ func (p *plugin) replaceRecord(old *podRecord, mark time.Time, cur *loaded, sb *
 		return nil, 0
 	}
 	return next, 0
-}
-
-// heldTarget is the pod as the decision sees it and where its namespaces
-// are, every access through them checked against the sandbox's process by
-// a pidfd taken now (release closes it); ok is false if the process is
-// gone.
-func heldTarget(sb *api.PodSandbox) (info policy.Pod, target podns.Target, release func(), ok bool) {
-	info, target = readSandbox(sb, true)
-	pid := int(sb.GetPid())
-	pidfd, err := podns.OpenPidfd(pid)
-	if err != nil {
-		return info, nil, nil, false
-	}
-	target.HeldBy(podns.Process{Pid: pid, Pidfd: pidfd, NetPath: target[sysctl.Net].Path})
-	return info, target, func() { closeFd(pidfd) }, true
-}
-
-func closeFd(fd int) {
-	if fd > 0 {
-		_ = unix.Close(fd)
-	}
 }
 
 // openPodState opens the directory the plugin keeps what it set per pod

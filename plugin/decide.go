@@ -124,11 +124,16 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, d policy.Deci
 	ctx, cancel := p.withinDeadline(ctx)
 	defer cancel()
 	log := p.recordLog(rec).WithField("event", event)
-	pending, errs := rec.writeMissing(d.Apply, func(target podns.Target, pending []sysctl.Sysctl) []podns.WriteError {
+	pending, errs := rec.writeMissing(d.Apply, func(pending []sysctl.Sysctl) []podns.WriteError {
 		if ctx.Err() != nil {
 			// Nothing is written once the runtime may have moved on.
 			return failEach(pending, fmt.Errorf("not written: the runtime's request deadline passed (%w)", context.Cause(ctx)))
 		}
+		target, release, err := p.held.target(rec.id)
+		if err != nil {
+			return failEach(pending, err)
+		}
+		defer release()
 		values, errs := hostSideValues(pending, own.GIDMappings, rec.pod.Own)
 		return append(errs, p.writeNamespaces(target, values)...)
 	})
@@ -252,8 +257,8 @@ func (p *plugin) readBefore(rec *podRecord, sb *api.PodSandbox, own podsysctl.Po
 	for i, s := range d.Apply {
 		names[i] = s.Key()
 	}
-	_, target, release, ok := heldTarget(sb)
-	if !ok {
+	target, release, err := p.held.target(rec.id)
+	if err != nil {
 		return
 	}
 	defer release()

@@ -41,6 +41,7 @@ func newMeteredTestPlugin(t *testing.T, cfgText string, f *fakeFetcher) (*plugin
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	p := newPlugin(log, nil, "")
+	holdAsTheSandboxSays(p)
 	p.metricsListener.flag = "127.0.0.1:0"
 	t.Cleanup(p.metricsListener.close)
 	if _, err := p.Configure(context.Background(), cfgText, "containerd", "2.4.2"); err != nil {

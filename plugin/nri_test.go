@@ -250,6 +250,7 @@ func newNRIPlugin(t *testing.T, override runtimemode.Mode, cfgText string, f pod
 	log.SetOutput(out)
 	log.SetLevel(logrus.DebugLevel)
 	p := newPlugin(log, nil, override)
+	holdAsTheSandboxSays(p)
 	p.useFetcher(f)
 	if write != nil {
 		p.writeNamespaces = write

@@ -47,7 +47,7 @@ func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion 
 		return 0, err
 	}
 	p.meter.Load().connected(true)
-	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "RemovePodSandbox"), nil
+	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "StopPodSandbox", "RemovePodSandbox"), nil
 }
 
 // Synchronize counts running containers that lack the defaults: created
@@ -62,6 +62,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		byID[pod.GetId()] = pod
 	}
 	p.records.retain(func(id string) bool { return byID[id] != nil })
+	p.held.sync(pods)
 	p.running.set(pods, ctrs)
 	// After Synchronize returns: the runtime holds its NRI lock for the
 	// whole call, so the worker reads and writes files and pods only then.
@@ -95,6 +96,7 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 	defer p.requests.done()
+	p.held.hold(pod)
 	p.running.add(pod)
 	rec := p.record(pod)
 	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(rec.pod) != "" {
@@ -122,6 +124,9 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, errLeaving
 	}
 	defer p.requests.done()
+	// A pod is first seen at RunPodSandbox or Synchronize; this holds it
+	// only if neither reached the plugin.
+	p.held.hold(pod)
 	rec := p.recordForContainer(pod)
 	if rec.cfg.policy.Empty() {
 		return nil, nil, nil
@@ -130,6 +135,23 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return p.decideContainer(ctx, rec, ctr)
 	})
 	return p.finish(rec, ctr, d)
+}
+
+// StopPodSandbox lets the pod's sandbox process go and leaves the pod out
+// of convergence: once stopped, its pid may name any process. The runtime
+// sends it after the pod is stopped; the process held since the pod's
+// first sight (held.go) guards the time before.
+func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	if !p.requests.enter() {
+		// Leaving: the connection closes while this waits (leave.go).
+		p.requests.offerClose(p.requestTimeout())
+		return nil
+	}
+	defer p.requests.done()
+	p.held.release(pod.GetId())
+	p.running.remove(pod.GetId())
+	p.podLog(pod).Info("pod stopped: the plugin writes nothing more into it")
+	return nil
 }
 
 // RemovePodSandbox drops the pod's record.
@@ -141,6 +163,7 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	}
 	defer p.requests.done()
 	p.records.forget(pod.GetId())
+	p.held.release(pod.GetId())
 	p.running.remove(pod.GetId())
 	if p.podState != nil {
 		if err := p.podState.Remove(pod.GetId()); err != nil {

@@ -56,8 +56,25 @@ func newTestPlugin(t testing.TB, cfgText string, f *fakeFetcher) *plugin {
 		}
 		return p.writeNamespaces(t, writes)
 	}
+	holdAsTheSandboxSays(p)
 	return p
 }
+
+// holdAsTheSandboxSays makes p hold each pod's process as its sandbox
+// says, with nothing opened: for tests whose fake namespaces stand in for
+// every pod's.
+func holdAsTheSandboxSays(p *plugin) {
+	p.held.take = func(pod *api.PodSandbox) (heldProcess, error) {
+		_, target := readSandbox(pod, true)
+		return fakeHeld{target}, nil
+	}
+}
+
+// fakeHeld is a pod's process held in a test's fake namespaces.
+type fakeHeld struct{ target podns.Target }
+
+func (f fakeHeld) Target() (podns.Target, func(), error) { return f.target, func() {}, nil }
+func (fakeHeld) Close()                                  {}
 
 func testPod(id string, nsTypes ...string) *api.PodSandbox {
 	pod := &api.PodSandbox{Id: id, Name: "p-" + id, Namespace: "default", Pid: noSuchPid, Linux: &api.LinuxPodSandbox{}}

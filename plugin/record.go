@@ -6,7 +6,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	"golang.org/x/sys/unix"
 )
 
 // podRecord is what the plugin decided for one pod and what really
@@ -76,31 +74,22 @@ type podRecord struct {
 	landing []*podRecord
 
 	// Namespace mode only.
-	// target is where the pod's namespaces are (readSandbox).
-	target podns.Target
-	// sandboxPid is the pod's process as first seen, and sandboxPidfd a
-	// pidfd taken then (0 if none; closed when the record is dropped):
-	// every write through the pid checks it is still that process.
-	sandboxPid, sandboxPidfd int
-	writeErrs                []podns.WriteError // keys the last attempt failed on
-	writes                   writeState
+	writeErrs []podns.WriteError // keys the last attempt failed on
+	writes    writeState
 }
 
 // newPodRecord is the record of a pod first seen now, under cfg.
 func newPodRecord(cfg *loaded, pod *api.PodSandbox) *podRecord {
-	writes := cfg.mode == runtimemode.Namespace && !cfg.policy.Empty()
 	rec := &podRecord{cfg: cfg}
-	rec.pod, rec.target = readSandbox(pod, writes)
-	if writes {
-		rec.holdSandbox(int(pod.GetPid()))
-	}
+	rec.pod, _ = readSandbox(pod, false)
 	return rec
 }
 
 // readSandbox is the pod as the decision sees it, and, withTarget, where
 // its namespaces are: by their path (the network one has it), or else
-// through the sandbox's pid. A namespace missing from the sandbox's own
-// list is the host's.
+// through the sandbox's pid, which must still be in the pod's network
+// namespace when it has one (podns.NamespaceRef.NetPath). A namespace
+// missing from the sandbox's own list is the host's.
 func readSandbox(pod *api.PodSandbox, withTarget bool) (policy.Pod, podns.Target) {
 	info := policy.Pod{
 		Namespace:      pod.GetNamespace(),
@@ -125,6 +114,14 @@ func readSandbox(pod *api.PodSandbox, withTarget bool) (policy.Pod, podns.Target
 				ref.Pid = int(pod.GetPid())
 			}
 			target[kind] = ref
+		}
+	}
+	if net := target[sysctl.Net].Path; net != "" {
+		for kind, ref := range target {
+			if ref.Pid > 0 {
+				ref.NetPath = net
+				target[kind] = ref
+			}
 		}
 	}
 	return info, target
@@ -215,10 +212,9 @@ func (r *podRecord) decidesAtOnce() bool {
 }
 
 // writeMissing writes what of apply the pod's namespaces do not hold yet
-// through write, into its namespaces held to the pod's first process
-// (anchoredTarget), and keeps what happened (recordWrite). It returns
-// what it attempted and what failed of it.
-func (r *podRecord) writeMissing(apply []sysctl.Sysctl, write func(podns.Target, []sysctl.Sysctl) []podns.WriteError) (attempted []sysctl.Sysctl, errs []podns.WriteError) {
+// through write, and keeps what happened (recordWrite). It returns what
+// it attempted and what failed of it.
+func (r *podRecord) writeMissing(apply []sysctl.Sysctl, write func([]sysctl.Sysctl) []podns.WriteError) (attempted []sysctl.Sysctl, errs []podns.WriteError) {
 	r.mu.Lock()
 	for _, s := range apply {
 		if !hasKey(r.written, s.Key()) {
@@ -227,9 +223,7 @@ func (r *podRecord) writeMissing(apply []sysctl.Sysctl, write func(podns.Target,
 	}
 	r.mu.Unlock()
 	if len(attempted) > 0 {
-		target, release := r.anchoredTarget()
-		errs = write(target, attempted)
-		release()
+		errs = write(attempted)
 	}
 	r.recordWrite(attempted, errs)
 	return attempted, errs
@@ -367,49 +361,6 @@ func (r *podRecord) setByPlugin() []sysctl.Sysctl {
 	return append([]sysctl.Sysctl(nil), r.written...)
 }
 
-// holdSandbox keeps the pod's process as first seen (namespace mode).
-func (r *podRecord) holdSandbox(pid int) {
-	r.sandboxPid = pid
-	if pid <= 0 {
-		return
-	}
-	if fd, err := podns.OpenPidfd(pid); err == nil {
-		r.sandboxPidfd = fd
-	}
-}
-
-// anchoredTarget is the pod's namespaces, its pid-based ones held to the
-// process first seen (podns.Target.HeldBy): through a pidfd of its own (a
-// dup of the record's, closed by release, so that a record dropped
-// meanwhile cannot close it under the writer), and only while it is in
-// the pod's network namespace, target's own.
-func (r *podRecord) anchoredTarget() (target podns.Target, release func()) {
-	target = maps.Clone(r.target)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	dup := -1
-	if r.sandboxPidfd > 0 {
-		dup, _ = unix.FcntlInt(uintptr(r.sandboxPidfd), unix.F_DUPFD_CLOEXEC, 0)
-	}
-	target.HeldBy(podns.Process{Pid: r.sandboxPid, Pidfd: dup, NetPath: target[sysctl.Net].Path})
-	return target, func() {
-		if dup > 0 {
-			unix.Close(dup)
-		}
-	}
-}
-
-// release closes what the record holds open; it runs once, when the
-// record is dropped.
-func (r *podRecord) release() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sandboxPidfd > 0 {
-		unix.Close(r.sandboxPidfd)
-		r.sandboxPidfd = 0
-	}
-}
-
 func hasKey(list []sysctl.Sysctl, key string) bool {
 	for _, s := range list {
 		if s.Key() == key {
@@ -464,12 +415,8 @@ func makeSlot() chan struct{} { return make(chan struct{}, 1) }
 
 func (s *podRecords) forget(podID string) {
 	s.mu.Lock()
-	r := s.pods[podID]
+	defer s.mu.Unlock()
 	delete(s.pods, podID)
-	s.mu.Unlock()
-	if r != nil {
-		r.release()
-	}
 }
 
 // maxLanding bounds the records a record keeps as landing: a pod that
@@ -516,28 +463,18 @@ func (s *podRecords) replace(old, next *podRecord, now, mark time.Time) (swapped
 		swapped = true
 	}
 	s.mu.Unlock()
-	if swapped {
-		old.release()
-	} else {
-		next.release()
-	}
 	return swapped, changed
 }
 
 // retain drops every pod for which keep returns false: pods removed while
 // the plugin was not connected, whose RemovePodSandbox it never saw.
 func (s *podRecords) retain(keep func(podID string) bool) {
-	var dropped []*podRecord
 	s.mu.Lock()
-	for id, r := range s.pods {
+	defer s.mu.Unlock()
+	for id := range s.pods {
 		if !keep(id) {
 			delete(s.pods, id)
-			dropped = append(dropped, r)
 		}
-	}
-	s.mu.Unlock()
-	for _, r := range dropped {
-		r.release()
 	}
 }
 

@@ -56,7 +56,7 @@ type loaded struct {
 // in flight) before its mu; podRecords.mu before a new record's mu, which
 // no one else holds yet (record.go); podRecords.mu also guards each
 // record's specLandsBy. Leaves: requestGate.mu (leave.go),
-// lackingContainers.mu, runningPods.mu and the meter's own.
+// lackingContainers.mu, runningPods.mu, heldPods.mu and the meter's own.
 type plugin struct {
 	log          *logrus.Logger
 	check        config.KernelChecker
@@ -123,6 +123,9 @@ type plugin struct {
 	// set in each pod (nil: kept in memory only).
 	running      runningPods
 	convergeKick chan struct{}
+	// held holds each running pod's sandbox process from its first sight
+	// (held.go): every visit to a pod's namespaces goes through it.
+	held heldPods
 	// convergeRetry asks for a pass once containers decided under an
 	// older config have landed (convergeLater); the worker's alone.
 	convergeRetry *time.Timer
@@ -144,6 +147,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		check:           check,
 		modeOverride:    modeOverride,
 		records:         newPodRecords(),
+		held:            newHeldPods(),
 		writeNamespaces: podns.Write,
 		readNamespaces:  podns.Read,
 		visitNamespaces: podns.Visit,

@@ -36,9 +36,11 @@ func fakeUserNamespaceProbe(t *testing.T, fn func([]string) (map[sysctl.Writer]m
 func newProbingPlugin() *plugin {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	return newPlugin(log, func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
+	p := newPlugin(log, func(map[string][]string) (map[string]error, map[string]map[string]sysctl.Stored, error) {
 		return nil, nil, nil
 	}, "")
+	holdAsTheSandboxSays(p)
+	return p
 }
 
 const usernsConfig = `

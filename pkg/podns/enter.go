@@ -38,6 +38,9 @@ type NamespaceRef struct {
 	// process is refused. A pidfd alone cannot tell that when it was
 	// taken late.
 	NetPath string
+	// ID, when set, is the namespace as first seen (Hold): one that is
+	// not that namespace any more is refused.
+	ID NamespaceID
 }
 
 // enterable lists the namespaces a thread of the host can enter for a
@@ -85,6 +88,9 @@ func setns(t Target, ns sysctl.Namespace, verb string) error {
 		return err
 	}
 	defer unix.Close(fd)
+	if err := checkFirstSeen(fd, ref, where, ns); err != nil {
+		return err
+	}
 	if err := refuseHostOrOwn(fd, where, ns, verb); err != nil {
 		return err
 	}

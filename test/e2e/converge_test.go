@@ -4,11 +4,16 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns/podnstest"
 )
 
 // TestConvergeRunningPods (issue 35): pods that run before the plugin's
@@ -230,4 +235,78 @@ func TestConvergeContainerNeverStarted(t *testing.T) {
 	if m := scrape(t, addr); m[left] != before[left] {
 		t.Errorf("the pass left %v key(s) to another writer; nothing but the plugin wrote the pod", m[left]-before[left])
 	}
+}
+
+// TestConvergeStoppedPodWritesNothing: a hostNetwork pod (its own IPC)
+// stopped but not removed, as kubelet leaves a finished Job's pod, and
+// its sandbox's pid given to an unrelated process with an IPC namespace
+// of its own; then a reload. The unrelated process keeps its value (read
+// inside it), a running pod converges meanwhile, and no failure is
+// counted.
+func TestConvergeStoppedPodWritesNothing(t *testing.T) {
+	const space = "e2e-converge-stopped"
+	c := getCluster(t)
+	keys := []string{"kernel.msgmax"}
+	witness := runPod(t, PodSpec{Name: "witness", Namespace: space})
+	witnessCtr := runContainer(t, witness, "app")
+	stopped := runPod(t, PodSpec{Name: "stopped", Namespace: space, HostNetwork: true})
+	stoppedCtr := runContainer(t, stopped, "app")
+	addr := freeAddress(t)
+	p := startPlugin(t, defaultsYAML(only(nodeDefaults, keys...)), "--metrics-address", addr)
+	waitUntil(t, 20*time.Second, "both pods to converge", func() (bool, string) {
+		a, b := readSysctl(t, witnessCtr, "kernel.msgmax"), readSysctl(t, stoppedCtr, "kernel.msgmax")
+		return a == nodeDefaults["kernel.msgmax"] && b == a, fmt.Sprintf("witness %s, stopped %s", a, b)
+	})
+	pid := c.sandboxPid(t, stopped.ID)
+	if _, err := c.crictlRaw("stopp", stopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 20*time.Second, "the stopped pod's sandbox process to exit", func() (bool, string) {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return os.IsNotExist(err), fmt.Sprintf("/proc/%d: %v", pid, err)
+	})
+	podnstest.StartWithPid(t, syscall.CLONE_NEWIPC, pid)
+	before := podnstest.ReadIn(t, pid, "-i", "/proc/sys/kernel/msgmax")
+
+	const next = "24576"
+	rewriteConfig(t, p.configPath, defaultsYAML(map[string]string{"kernel.msgmax": next}))
+	sighup(t, p)
+	waitUntil(t, 20*time.Second, "the running pod to converge after the reload", func() (bool, string) {
+		got := readSysctl(t, witnessCtr, "kernel.msgmax")
+		return got == next, "witness " + got
+	})
+	// Passes run one after another: once a second reload's pass reaches
+	// the witness, the first reload's has been through every pod.
+	const second = "20480"
+	rewriteConfig(t, p.configPath, defaultsYAML(map[string]string{"kernel.msgmax": second}))
+	sighup(t, p)
+	waitUntil(t, 20*time.Second, "the running pod to converge after a second reload", func() (bool, string) {
+		got := readSysctl(t, witnessCtr, "kernel.msgmax")
+		return got == second, "witness " + got
+	})
+	if got := podnstest.ReadIn(t, pid, "-i", "/proc/sys/kernel/msgmax"); got != before {
+		t.Errorf("an unrelated process under the stopped pod's pid: kernel.msgmax went from %s to %s", before, got)
+	}
+	const failed = `nri_sysctl_converge_keys_total{result="failed"}`
+	if m := scrape(t, addr); m[failed] != 0 {
+		t.Errorf("%s = %v, want 0", failed, m[failed])
+	}
+}
+
+// sandboxPid is the pod's sandbox process, as crictl inspectp shows it.
+func (c *cluster) sandboxPid(t *testing.T, podID string) int {
+	t.Helper()
+	out, err := c.crictlRaw("inspectp", "-o", "json", podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Info struct {
+			Pid int `json:"pid"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Info.Pid <= 0 {
+		t.Fatalf("no sandbox pid in crictl inspectp (%v):\n%s", err, out)
+	}
+	return v.Info.Pid
 }
