@@ -124,6 +124,28 @@ type runningPods struct {
 	// notHeld holds the pods already reported as ones whose sandbox
 	// process the plugin does not hold (heldPods): reported once.
 	notHeld map[string]bool
+	// setIn holds the pods the plugin set something in since the worker
+	// last kept it (keepset.go).
+	setIn map[string]bool
+}
+
+// markSet marks the pod as one the plugin set something in.
+func (r *runningPods) markSet(podID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.setIn == nil {
+		r.setIn = map[string]bool{}
+	}
+	r.setIn[podID] = true
+}
+
+// takeSet returns the pods marked since the last call, sorted.
+func (r *runningPods) takeSet() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(r.setIn))
+	r.setIn = nil
+	return ids
 }
 
 // firstNotHeld tells whether the pod has not been reported yet as one
@@ -171,7 +193,7 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 			m = map[string]string{}
 			injected[c.GetPodSandboxId()] = m
 		}
-		for k, v := range parseInjected(text) {
+		for k, v := range parseApplied(text) {
 			m[k] = v
 		}
 	}
@@ -181,6 +203,7 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 	// What was reported of pods no longer listed goes with them.
 	maps.DeleteFunc(r.cannot, func(id string, _ map[string]bool) bool { return next[id] == nil })
 	maps.DeleteFunc(r.notHeld, func(id string, _ bool) bool { return next[id] == nil })
+	maps.DeleteFunc(r.setIn, func(id string, _ bool) bool { return next[id] == nil })
 }
 
 func (r *runningPods) add(pod *api.PodSandbox) {
@@ -199,6 +222,7 @@ func (r *runningPods) remove(id string) {
 	delete(r.injected, id)
 	delete(r.cannot, id)
 	delete(r.notHeld, id)
+	delete(r.setIn, id)
 }
 
 // list is the running pods, by ID, each with what its containers'
@@ -216,20 +240,6 @@ func (r *runningPods) list() ([]*api.PodSandbox, map[string]map[string]string) {
 		injected[id] = m
 	}
 	return out, injected
-}
-
-// parseInjected reads an nri-sysctl.io/injected annotation
-// ("key=value,key=value"); a cut or odd part is left out.
-func parseInjected(text string) map[string]string {
-	out := map[string]string{}
-	for _, part := range strings.Split(text, ",") {
-		k, v, ok := strings.Cut(part, "=")
-		if !ok || sysctl.ValidateNamespaced(k) != nil || sysctl.ValidateValue(v) != nil {
-			continue
-		}
-		out[k] = v
-	}
-	return out
 }
 
 // kickConvergence asks the worker for a pass; a pass already asked for
@@ -258,11 +268,14 @@ func (p *plugin) convergeOnKick(ctx context.Context) {
 	}
 	for {
 		select {
+		case <-p.keepKick:
+			p.keepSetPods()
 		case <-p.convergeKick:
+			p.keepSetPods()
+			p.convergePass(ctx)
 		case <-ctx.Done():
 			return
 		}
-		p.convergePass(ctx)
 	}
 }
 

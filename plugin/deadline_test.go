@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,45 @@ func TestRunPodSandboxAnswersWhateverTheWriteDoes(t *testing.T) {
 	}
 	if late := time.Since(deadline); late > -10*time.Millisecond {
 		t.Errorf("answered %v after the runtime's deadline (want before it)", late)
+	}
+}
+
+// The injected annotation reads back as written: a value with commas (a
+// list), spaces or tabs is one value, and a cut annotation gives its
+// whole entries and nothing for the keys cut off.
+func TestParseAppliedReadsWhatFormatAppliedWrote(t *testing.T) {
+	list := []sysctl.Sysctl{
+		sysctl.New("net.ipv4.ip_local_reserved_ports", "30000-30010,31000"),
+		sysctl.New("net.ipv4.ping_group_range", "0\t2147483647"),
+		sysctl.New("net.ipv4.tcp_rmem", "4096 131072 6291456"),
+		sysctl.New("net.ipv4.tcp_keepalive_time", "600"),
+	}
+	want := map[string]string{}
+	for _, s := range list {
+		want[s.Key()] = s.Value()
+	}
+	if got := parseApplied(formatApplied(list)); !maps.Equal(got, want) {
+		t.Errorf("parseApplied(formatApplied) = %q, want %q", got, want)
+	}
+
+	var long []sysctl.Sysctl
+	for i := range 400 {
+		long = append(long, sysctl.New(fmt.Sprintf("net.ipv4.conf.eth%d.rp_filter", i), "1,2"))
+	}
+	text := formatApplied(long)
+	if !cutMarkerPattern.MatchString(text) {
+		t.Fatalf("%d keys did not cut the annotation: %d bytes", len(long), len(text))
+	}
+	got := parseApplied(text)
+	if len(got) == 0 || len(got) == len(long) {
+		t.Fatalf("a cut annotation gave %d keys of %d", len(got), len(long))
+	}
+	for k, v := range got {
+		if v != "1,2" {
+			t.Errorf("cut annotation: %s=%q, want every entry read whole as 1,2", k, v)
+		}
+	}
+	if _, ok := got[long[len(got)].Key()]; ok {
+		t.Errorf("a key cut off the annotation was read: %s", long[len(got)].Key())
 	}
 }

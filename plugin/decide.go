@@ -138,6 +138,9 @@ func (p *plugin) writeIntoPod(ctx context.Context, rec *podRecord, d policy.Deci
 		return append(errs, p.writeNamespaces(target, values)...)
 	})
 	p.meter.Load().namespaceWritten(len(pending), len(errs))
+	if len(errs) < len(pending) {
+		p.noteSet(rec)
+	}
 	if len(errs) == 0 {
 		if len(pending) > 0 && log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			log.WithField("sysctls", formatApplied(pending)).Debug("wrote into the pod's namespaces")
@@ -200,6 +203,9 @@ func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, ctr *api.
 		d.Apply, d.Skipped = leaveToOthers(d.Apply, d.Skipped, rec.leftToOther)
 	}
 	rec.noteSetOnSpec(d.Apply)
+	if len(d.Apply) > 0 {
+		p.noteSet(rec)
+	}
 	return containerResult{outcome: appliedOrNothing(d.Apply), applied: d.Apply, onSpec: true, skipped: d.Skipped}
 }
 

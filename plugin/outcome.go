@@ -5,6 +5,7 @@ package plugin
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -93,6 +94,30 @@ const maxAnnotationBytes = 4096
 // cutMarker ends an annotation cut at maxAnnotationBytes, with the count of
 // entries left out.
 const cutMarker = " ... (%d more, cut at %d bytes)"
+
+// cutMarkerPattern matches cutMarker at the end of a text.
+var cutMarkerPattern = regexp.MustCompile(strings.ReplaceAll(regexp.QuoteMeta(cutMarker), "%d", `[0-9]+`) + `$`)
+
+// parseApplied reads what formatApplied wrote, as a plugin that restarted
+// finds it on a container: "key=value,key=value", where a value may hold
+// commas itself (a list: a part that does not start with a key and "="
+// goes on the value before it), and a cut text ends in cutMarker after
+// its last whole entry (the keys cut off are not in it).
+func parseApplied(text string) map[string]string {
+	text = cutMarkerPattern.ReplaceAllString(text, "")
+	out := map[string]string{}
+	key := ""
+	for _, part := range strings.Split(text, ",") {
+		if k, v, ok := strings.Cut(part, "="); ok && sysctl.ValidateName(k) == nil && sysctl.ValidateNamespaced(k) == nil {
+			key, out[k] = k, v
+			continue
+		}
+		if key != "" {
+			out[key] += "," + part
+		}
+	}
+	return out
+}
 
 func formatApplied(list []sysctl.Sysctl) string {
 	parts := make([]string, len(list))

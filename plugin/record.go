@@ -400,6 +400,13 @@ func (s *podRecords) getForContainer(podID string, newRecord func() *podRecord, 
 	return r
 }
 
+// find returns the pod's record, or nil if it has none.
+func (s *podRecords) find(podID string) *podRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pods[podID]
+}
+
 func (s *podRecords) getLocked(podID string, newRecord func() *podRecord) *podRecord {
 	if r, ok := s.pods[podID]; ok {
 		return r

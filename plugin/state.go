@@ -123,6 +123,9 @@ type plugin struct {
 	// set in each pod (nil: kept in memory only).
 	running      runningPods
 	convergeKick chan struct{}
+	// keepKick asks the worker to keep what the plugin set in pods
+	// (keepset.go).
+	keepKick chan struct{}
 	// held holds each running pod's sandbox process from its first sight
 	// (held.go): every visit to a pod's namespaces goes through it.
 	held heldPods
@@ -158,6 +161,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		live:            liveness{stuckAfter: stuckAfter},
 		leaveWait:       leaveWait,
 		convergeKick:    make(chan struct{}, 1),
+		keepKick:        make(chan struct{}, 1),
 		convergePace:    pacer{share: convergeShare, sleep: time.Sleep, cpu: processCPU},
 	}
 	p.current.Store(&loaded{cfg: &config.Config{Mode: runtimemode.Auto, OnError: config.OnErrorFail}, policy: policy.Compile(&config.Config{}, nil), lookup: noLookup{}, mode: runtimemode.Spec})

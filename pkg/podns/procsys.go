@@ -130,7 +130,13 @@ func (p procSys) write(key, value string) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write([]byte(value))
+	data := []byte(value)
+	if value == "" {
+		// A write of no bytes changes nothing; a newline is the empty
+		// value (an empty list, ip_local_reserved_ports').
+		data = []byte("\n")
+	}
+	_, err = f.Write(data)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

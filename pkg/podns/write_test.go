@@ -279,3 +279,20 @@ func TestWriteFromAPrivateNamespaceRefusesTheHost(t *testing.T) {
 		}
 	}
 }
+
+// A list and the empty value are values like any other: a list is
+// written whole, and the empty value clears it (a write of no bytes would
+// change nothing).
+func TestWriteListThenEmptyValue(t *testing.T) {
+	path := newNetns(t)
+	target := Target{sysctl.Net: {Path: path}}
+	const key, list = "net.ipv4.ip_local_reserved_ports", "30000-30010,31000"
+	for _, want := range []string{list, ""} {
+		if errs := Write(target, []sysctl.Sysctl{sysctl.New(key, want)}); len(errs) != 0 {
+			t.Fatalf("writing %q: %v", want, errs)
+		}
+		if got := Read(target, []string{key})[key]; got.Err != nil || got.Value != want {
+			t.Errorf("after writing %q: read %q (%v)", want, got.Value, got.Err)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -133,14 +134,17 @@ func (s *Store) path(podID string) (string, error) {
 }
 
 // Save writes a pod's state whole, or removes its file when nothing is
-// left to remember.
+// left to remember. A key it cannot keep (a name or value the plugin
+// never writes) is left out and named in the error; the others are kept.
 func (s *Store) Save(podID string, keys map[string]converge.Written) error {
 	path, err := s.path(podID)
 	if err != nil {
 		return err
 	}
 	f := file{Version: formatVersion, Pod: podID, Keys: map[string]entry{}}
-	for name, w := range keys {
+	var refused []error
+	for _, name := range slices.Sorted(maps.Keys(keys)) {
+		w := keys[name]
 		var e entry
 		if w.HasSet {
 			e.Set = &w.Set
@@ -148,10 +152,26 @@ func (s *Store) Save(podID string, keys map[string]converge.Written) error {
 		if w.HasBefore {
 			e.Before = &w.Before
 		}
-		if e.Set != nil || e.Before != nil {
-			f.Keys[name] = e
+		if e.Set == nil && e.Before == nil {
+			continue
 		}
+		if err := e.check(name); err != nil {
+			refused = append(refused, err)
+			continue
+		}
+		f.Keys[name] = e
 	}
+	if err := s.write(path, podID, f); err != nil {
+		return err
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%s: not kept: %w", path, errors.Join(refused...))
+	}
+	return nil
+}
+
+// write writes f as the pod's file, or removes the file when f is empty.
+func (s *Store) write(path, podID string, f file) error {
 	if len(f.Keys) == 0 {
 		if err := s.Remove(podID); err != nil {
 			return err
@@ -284,19 +304,33 @@ func (f *file) check() error {
 		return fmt.Errorf("%d keys, more than %d", len(f.Keys), maxKeys)
 	}
 	for name, e := range f.Keys {
-		if err := sysctl.ValidateNamespaced(name); err != nil {
-			return fmt.Errorf("key %q: %w", name, err)
+		if err := e.check(name); err != nil {
+			return err
 		}
-		if e.Set == nil && e.Before == nil {
-			return fmt.Errorf("key %q: neither set nor before", name)
-		}
-		for _, v := range []*string{e.Set, e.Before} {
-			if v == nil {
-				continue
-			}
-			if err := sysctl.ValidateValue(*v); err != nil {
-				return fmt.Errorf("key %q: %w", name, err)
-			}
+	}
+	return nil
+}
+
+// check refuses a key the plugin never writes, and a value no namespaced
+// key holds (one line, as the plugin reads it). Every value it holds is
+// kept: the empty one (an empty list), and ones with commas, spaces or
+// tabs.
+func (e entry) check(name string) error {
+	if err := sysctl.ValidateNamespaced(name); err != nil {
+		return fmt.Errorf("key %q: %w", name, err)
+	}
+	if e.Set == nil && e.Before == nil {
+		return fmt.Errorf("key %q: neither set nor before", name)
+	}
+	for _, v := range []*string{e.Set, e.Before} {
+		switch {
+		case v == nil:
+		case strings.ContainsRune(*v, 0):
+			return fmt.Errorf("key %q: value contains a NUL byte", name)
+		case strings.ContainsAny(*v, "\n\r"):
+			return fmt.Errorf("key %q: value contains a newline", name)
+		case len(*v) > sysctl.MaxValueLen:
+			return fmt.Errorf("key %q: value is %d bytes long; the kernel holds at most %d", name, len(*v), sysctl.MaxValueLen)
 		}
 	}
 	return nil

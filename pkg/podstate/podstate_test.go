@@ -63,6 +63,47 @@ func TestSaveThenLoad(t *testing.T) {
 	}
 }
 
+// Every value the kernel holds is kept: the empty one (a fresh
+// namespace's ip_local_reserved_ports), lists with commas, spaces and
+// tabs.
+func TestSaveKeepsEveryValueTheKernelHolds(t *testing.T) {
+	s, dir := openStore(t)
+	want := map[string]converge.Written{
+		"net.ipv4.ip_local_reserved_ports": {Set: "30000-30010,31000", HasSet: true, Before: "", HasBefore: true},
+		"net.ipv4.ping_group_range":        {Set: "0\t2147483647", HasSet: true, Before: "1\t0", HasBefore: true},
+		"kernel.domainname":                {Set: " spaced out ", HasSet: true, Before: "(none)", HasBefore: true},
+	}
+	if err := s.Save(podID, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reopen(t, dir).Load(podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("loaded %+v, want %+v", got, want)
+	}
+}
+
+// A key the store cannot keep is named in the error and costs only
+// itself: the pod's other keys are kept.
+func TestSaveKeepsTheOtherKeysOfOneItCannot(t *testing.T) {
+	s, dir := openStore(t)
+	good := map[string]converge.Written{"net.ipv4.tcp_keepalive_time": {Set: "600", HasSet: true, Before: "7200", HasBefore: true}}
+	keys := map[string]converge.Written{"kernel.msgmax": {Set: "1\x002", HasSet: true}}
+	for k, w := range good {
+		keys[k] = w
+	}
+	err := s.Save(podID, keys)
+	if err == nil || !strings.Contains(err.Error(), `key "kernel.msgmax": value contains a NUL byte`) || !strings.Contains(err.Error(), podID+".json") {
+		t.Errorf("Save with one bad key: %v, want an error naming the file, the key and the reason", err)
+	}
+	got, lerr := reopen(t, dir).Load(podID)
+	if lerr != nil || !reflect.DeepEqual(got, good) {
+		t.Errorf("after a Save with one bad key: %+v, %v; want the other keys %+v", got, lerr, good)
+	}
+}
+
 func TestLoadOfAPodWithoutStateIsEmpty(t *testing.T) {
 	s, _ := openStore(t)
 	got, err := s.Load(podID)
