@@ -6,6 +6,9 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -170,3 +173,40 @@ func TestSynchronizeRebuildsWhatIsHeld(t *testing.T) {
 }
 
 func hasRoot() bool { return syscall.Geteuid() == 0 }
+
+// The NRI socket gets the containerd socket's checks: a socket in a
+// directory others can write is refused, whoever serves it, since its
+// peer hands the plugin the pids and namespace paths it writes into.
+func TestNRISocketIsTrustedAsContainerdsIs(t *testing.T) {
+	if !hasRoot() {
+		t.Skip("needs root")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "nri.sock")
+	shared := filepath.Join(dir, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(shared, "nri.sock")
+	for _, path := range []string{good, bad} {
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+	}
+	conn, err := dialNRI(good)
+	if err != nil {
+		t.Fatalf("root's socket in root's directory: %v", err)
+	}
+	conn.Close()
+	if _, err := dialNRI(bad); err == nil || !strings.Contains(err.Error(), "refusing NRI socket "+bad) || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Errorf("a socket in a directory others can write: %v, want it refused, naming the socket and why", err)
+	}
+}

@@ -7,12 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
-	"sync"
-	"time"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 )
 
 // Leaving NRI without losing an answer. When a plugin's connection closes
@@ -90,7 +90,9 @@ func (s *sweeper) RemovePodSandbox(context.Context, *api.PodSandbox) error { ret
 func sweep(socketPath, name, idx string, closeMain func(), timeout time.Duration) error {
 	// Dialled here: a pre-installed plugin's stub would take the
 	// connection containerd handed it in the environment.
-	conn, err := net.DialTimeout("unix", socketPath, timeout)
+	dialCtx, cancelDial := context.WithTimeout(context.Background(), timeout)
+	conn, err := podsysctl.TrustedDial(dialCtx, "NRI", socketPath, 0)
+	cancelDial()
 	if err != nil {
 		return err
 	}

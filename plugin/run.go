@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -120,7 +121,8 @@ func Run(o Options, stderr io.Writer) int {
 		stubOpts = append(stubOpts,
 			stub.WithPluginName(o.PluginName),
 			stub.WithPluginIdx(o.PluginIdx),
-			stub.WithSocketPath(o.NRISocket))
+			stub.WithSocketPath(o.NRISocket),
+			stub.WithDialer(dialNRI))
 	}
 	retry := backoff.New(500*time.Millisecond, 30*time.Second)
 	for {
@@ -145,6 +147,19 @@ func Run(o Options, stderr io.Writer) int {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// nriDialTimeout bounds dialling the NRI socket.
+const nriDialTimeout = 10 * time.Second
+
+// dialNRI dials the NRI socket as the containerd socket is dialled
+// (podsysctl.TrustedDial): its peer hands the plugin the pids and
+// namespace paths it writes into. A pre-installed plugin's socket is the
+// one containerd passed it, and needs no dial.
+func dialNRI(path string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), nriDialTimeout)
+	defer cancel()
+	return podsysctl.TrustedDial(ctx, "NRI", path, 0)
 }
 
 // serveOnce registers with NRI and serves until the connection ends, or

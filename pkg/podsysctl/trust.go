@@ -137,22 +137,32 @@ func peerCred(conn net.Conn) (*unix.Ucred, error) {
 
 // TrustedDialer dials path for every connection a gRPC client makes, and
 // hands over only a connection whose path and peer can be trusted
-// (TrustedSocketPath, checkPeer): a socket swapped after an earlier check
-// is caught at the next connection.
+// (TrustedDial): a socket swapped after an earlier check is caught at the
+// next connection.
 func TrustedDialer(path string, wantPID int) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, _ string) (net.Conn, error) {
-		if err := TrustedSocketPath(path); err != nil {
-			return nil, fmt.Errorf("refusing containerd socket %s: %w", path, err)
-		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", path)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkPeer(conn, wantPID); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("refusing containerd socket %s: %w", path, err)
-		}
-		return conn, nil
+		return TrustedDial(ctx, "containerd", path, wantPID)
 	}
+}
+
+// TrustedDial dials the unix socket path, whose peer is named by kind in
+// errors ("containerd", "NRI"), and hands over the connection only if its
+// path is one only root can change (TrustedSocketPath) and its peer, read
+// from the connection itself, is root (and the process wantPID, when not
+// 0): a socket it cannot trust could hand the plugin pids and namespace
+// paths to write into, or read the pods' sysctls.
+func TrustedDial(ctx context.Context, kind, path string, wantPID int) (net.Conn, error) {
+	if err := TrustedSocketPath(path); err != nil {
+		return nil, fmt.Errorf("refusing %s socket %s: %w", kind, path, err)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPeer(conn, wantPID); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("refusing %s socket %s: %w", kind, path, err)
+	}
+	return conn, nil
 }
