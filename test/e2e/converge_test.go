@@ -310,3 +310,43 @@ func (c *cluster) sandboxPid(t *testing.T, podID string) int {
 	}
 	return v.Info.Pid
 }
+
+// TestConvergeListAcrossRestarts: a list value (ip_local_reserved_ports,
+// whose fresh value is empty) set in a pod running before the plugin and
+// in a pod created under it is known as the plugin's own after a restart:
+// a new list reaches both, and once the key leaves the config both go
+// back to the empty list. Read inside the containers.
+func TestConvergeListAcrossRestarts(t *testing.T) {
+	const space, key = "e2e-converge-list", "net.ipv4.ip_local_reserved_ports"
+	const first, next = "30000-30010,31000", "30000-30020,31000"
+	stateDir := filepath.Join(t.TempDir(), "pods")
+	before := runPod(t, PodSpec{Name: "before", Namespace: space})
+	ctrs := []string{runContainer(t, before, "app")}
+	if got := readSysctl(t, ctrs[0], key); got != "" {
+		t.Fatalf("a fresh pod's %s is %q, want it empty", key, got)
+	}
+	list := func(v string) string { return "sysctls:\n  " + key + ": \"" + v + "\"\n" }
+	all := func(what, want string) {
+		t.Helper()
+		waitUntil(t, 20*time.Second, what, func() (bool, string) {
+			var got []string
+			for _, id := range ctrs {
+				got = append(got, readSysctl(t, id, key))
+			}
+			return got[0] == want && got[len(got)-1] == want, fmt.Sprintf("%q, want %q", got, want)
+		})
+	}
+
+	p := startPlugin(t, list(first), "--pod-state-dir", stateDir)
+	created := runPod(t, PodSpec{Name: "created", Namespace: space})
+	ctrs = append(ctrs, runContainer(t, created, "app"))
+	all("the list in the pod from before and in the pod created under the plugin", first)
+	p.stop()
+
+	p = startPlugin(t, list(next), "--pod-state-dir", stateDir)
+	all("a new list after a restart", next)
+	p.stop()
+
+	startPlugin(t, "sysctls:\n  kernel.msgmax: 16384\n", "--pod-state-dir", stateDir)
+	all("the key out of the config after a restart: back to the empty list", "")
+}
