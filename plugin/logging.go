@@ -16,7 +16,7 @@ import (
 	lsyslog "github.com/sirupsen/logrus/hooks/syslog"
 )
 
-// logDestination says where log lines go. containerd starts a pre-installed
+// setupLogging sets where log lines go. containerd starts a pre-installed
 // plugin with no stdout or stderr, so there the journal (or syslog) is the
 // only place an operator can find them; under the systemd unit stderr is
 // the journal already.

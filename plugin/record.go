@@ -28,9 +28,11 @@ type podRecord struct {
 	// pod is the pod as the decision sees it, read from the sandbox when
 	// the record is made: a sandbox's attributes never change.
 	pod policy.Pod
-	// cfg is the config and mode in force when the pod was first seen: a
-	// reload or a new mode applies to pods created after it, never to
-	// part of a pod's containers.
+	// cfg is the config and mode the pod's containers are decided
+	// under: the one in force when the pod was first seen, until a
+	// convergence replaces the record with one under the config in force
+	// then (podRecords.replace); never part of a pod's containers under
+	// one config and part under another within a record.
 	cfg *loaded
 
 	// lookupSlot is held by the lookup in flight, so a pod is looked up

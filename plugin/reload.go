@@ -251,7 +251,17 @@ func (p *plugin) reload(path string) {
 		p.events.Warn(reasonConfigRejected, fmt.Sprintf("reload rejected: %v (the config in force, sha256 %s, stays)", err, config.ShortHash(p.current.Load().cfg.TextSHA256)))
 		return
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles), "mode": p.mode()}).Info("config reloaded; it applies to pods created from now on")
+	reaches := p.reloadReaches(cfg)
+	p.log.WithFields(logrus.Fields{"file": path, "defaults": len(cfg.Sysctls), "inherited": len(cfg.Inherited()), "rules": len(cfg.Rules), "profiles": len(cfg.Profiles), "mode": p.mode()}).Info("config reloaded; it applies to " + reaches)
 	p.keepAsLastGood(cfg)
-	p.events.Normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for pods created from now on", config.ShortHash(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles)))
+	p.events.Normal(reasonConfigReloaded, fmt.Sprintf("config reloaded (sha256 %s): %d default(s), %d rule(s), %d profile(s), for %s", config.ShortHash(cfg.TextSHA256), len(cfg.Sysctls), len(cfg.Rules), len(cfg.Profiles), reaches))
+}
+
+// reloadReaches says which pods a config put in force reaches, under the
+// runningPods setting in force.
+func (p *plugin) reloadReaches(cfg *config.Config) string {
+	if p.runningPods(cfg) == config.RunningPodsKeep {
+		return "pods created from now on (runningPods: keep)"
+	}
+	return "pods created from now on, and running pods as they converge (runningPods: converge)"
 }

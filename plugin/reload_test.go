@@ -230,3 +230,17 @@ func threadNiceForTest(t *testing.T) int {
 	}
 	return 20 - prio // the raw system call returns 20 - nice
 }
+
+// A reload's log line and Event say what it reaches under the setting in
+// force: running pods too, unless runningPods is keep.
+func TestReloadSaysWhatItReaches(t *testing.T) {
+	p := newTestPlugin(t, testConfig, &fakeFetcher{})
+	cfg := p.current.Load().cfg
+	if got := p.reloadReaches(cfg); !strings.Contains(got, "running pods as they converge") {
+		t.Errorf("under converge: %q, want it to name running pods", got)
+	}
+	p.runningPodsOverride = config.RunningPodsKeep
+	if got := p.reloadReaches(cfg); strings.Contains(got, "running pods") || !strings.Contains(got, "created from now on") {
+		t.Errorf("under keep: %q, want pods created from now on only", got)
+	}
+}
