@@ -83,10 +83,11 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	return nil, nil
 }
 
-// RunPodSandbox writes the pod's sysctls into its namespaces in namespace
-// mode, before any app container exists. In spec mode it starts looking
-// the pod up and reading its values before the plugin's, while the runtime
-// finishes starting it.
+// RunPodSandbox holds the pod's sandbox process (held.go) and, in
+// namespace mode, writes the pod's sysctls into its namespaces, before any
+// app container exists. In spec mode it starts holding the process,
+// looking the pod up and reading its values before the plugin's, while the
+// runtime finishes starting it.
 func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if !p.requests.enter() {
 		// Leaving: the connection closes while this waits (leave.go).
@@ -96,14 +97,22 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 	defer p.requests.done()
-	p.held.hold(pod)
 	p.running.add(pod)
 	rec := p.record(pod)
-	if rec.cfg.policy.Empty() || rec.cfg.policy.Excluded(rec.pod) != "" {
+	applies := !rec.cfg.policy.Empty() && rec.cfg.policy.Excluded(rec.pod) == ""
+	if rec.cfg.mode != runtimemode.Namespace {
+		// Off the create path: in spec mode only the reads after it go
+		// through what is held (prefetch, convergence).
+		go func() {
+			p.held.hold(pod)
+			if applies {
+				p.prefetch(rec, pod)
+			}
+		}()
 		return nil
 	}
-	if rec.cfg.mode != runtimemode.Namespace {
-		go p.prefetch(rec, pod)
+	p.held.hold(pod) // the writes below go through it
+	if !applies {
 		return nil
 	}
 	return answerInTime(ctx, p, func(ctx context.Context) error {

@@ -205,3 +205,40 @@ func TestHeldTargetOutlivesClose(t *testing.T) {
 		t.Errorf("reading through a target taken before Close: %v", err)
 	}
 }
+
+// BenchmarkHold: what holding a pod's sandbox process costs (a hostNetwork
+// pod's: IPC and UTS through its pid), once per pod at its first sight,
+// and what each visit's Target then costs.
+func BenchmarkHold(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	const cgroup = "nri-sysctl-bench-hold"
+	pid := podnstest.StartInCgroup(b, syscall.CLONE_NEWIPC|syscall.CLONE_NEWUTS, cgroup)
+	owner := InSandboxCgroup("unused", "/"+cgroup)
+	b.Run("Hold", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			held, err := Hold(ipcTarget(pid), pid, owner)
+			if err != nil {
+				b.Fatal(err)
+			}
+			held.Close()
+		}
+	})
+	b.Run("Target", func(b *testing.B) {
+		held, err := Hold(ipcTarget(pid), pid, owner)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer held.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			_, release, err := held.Target()
+			if err != nil {
+				b.Fatal(err)
+			}
+			release()
+		}
+	})
+}
