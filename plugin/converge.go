@@ -20,6 +20,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podstate"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -428,7 +429,13 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		p.meter.Load().convergeKeys("failed", 1)
 		return 0
 	}
-	keys := convergeKeys(cur, info, own.Own, own.GIDMappings, memory)
+	keys := convergeKeys(cur, info, own, memory)
+	if own.RuntimeUnread() && hasFirstWrite(keys) {
+		added := p.runtimeAdded(ctx, cur, rec, own.Own)
+		for i := range keys {
+			keys[i].Runtime, keys[i].HasRuntime = added[keys[i].Name]
+		}
+	}
 	mark, now := p.records.landsBy(rec), time.Now()
 	landing, landingUntil := rec.landingSince(mark, cur, now)
 	for i := range keys {
@@ -484,6 +491,30 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	return next.landingWait()
 }
 
+// hasFirstWrite tells whether a key is one the plugin is given but has
+// never set in the pod: its live value must be told from another
+// writer's before the plugin writes.
+func hasFirstWrite(keys []converge.Key) bool {
+	return slices.ContainsFunc(keys, func(k converge.Key) bool {
+		return k.Wanted && !k.PodOwn && !k.Written.HasSet && !k.Written.HasBefore
+	})
+}
+
+// runtimeAdded is what the runtime set in the pod at its creation beside
+// its own keys, read from the pause container where the pod's lookup did
+// not bring it; nil (nothing known) if it cannot be read, so that such a
+// value is left as another writer's rather than written over.
+func (p *plugin) runtimeAdded(ctx context.Context, cur *loaded, rec *podRecord, own map[string]string) map[string]string {
+	ctx, cancel := context.WithTimeout(ctx, convergeLookupTimeout)
+	defer cancel()
+	added, err := podsysctl.RuntimeAdded(ctx, cur.lookup, rec.id, own)
+	if err != nil {
+		p.recordLog(rec).WithError(err).Debug("cannot read what the runtime set at the pod's creation")
+		return nil
+	}
+	return added
+}
+
 // withLiveValues is keys with the pod's live value each (live, as read),
 // leaving out the ones not in its namespaces (a per-interface key);
 // exited tells that the pod went away.
@@ -530,7 +561,8 @@ func leftToOther(steps []converge.Step) map[string]bool {
 // convergeKeys is every key the plugin may act on in the pod: the ones cur
 // gives it and the ones the plugin set there before. Keys of a namespace
 // the pod shares with the host are left out: the host's are never written.
-func convergeKeys(cur *loaded, pod policy.Pod, podOwn map[string]string, gids []policy.IDMapping, memory map[string]converge.Written) []converge.Key {
+func convergeKeys(cur *loaded, pod policy.Pod, sysctls podsysctl.PodSysctls, memory map[string]converge.Written) []converge.Key {
+	podOwn, gids := sysctls.Own, sysctls.GIDMappings
 	byName := map[string]*converge.Key{}
 	key := func(name string) *converge.Key {
 		if k := byName[name]; k != nil {
@@ -538,6 +570,7 @@ func convergeKeys(cur *loaded, pod policy.Pod, podOwn map[string]string, gids []
 		}
 		_, own := podOwn[name]
 		k := &converge.Key{Name: name, Written: memory[name], PodOwn: own, Writable: true}
+		k.Runtime, k.HasRuntime = sysctls.Runtime[name]
 		byName[name] = k
 		return k
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
 	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
@@ -90,10 +92,12 @@ func (f *fakeNamespaces) takeWrites() string {
 // kernelDefaults is a fresh pod namespace's values of fixture.Config's keys.
 func kernelDefaults() map[string]string {
 	return map[string]string{
-		"net.ipv4.tcp_keepalive_time":   "7200",
-		"net.ipv4.tcp_keepalive_intvl":  "75",
-		"net.ipv4.tcp_keepalive_probes": "9",
-		"kernel.msgmax":                 "8192",
+		"net.ipv4.tcp_keepalive_time":         "7200",
+		"net.ipv4.tcp_keepalive_intvl":        "75",
+		"net.ipv4.tcp_keepalive_probes":       "9",
+		"kernel.msgmax":                       "8192",
+		"net.ipv4.ip_local_reserved_ports":    "",
+		"net.ipv4.ip_unprivileged_port_start": "1024",
 	}
 }
 
@@ -264,6 +268,73 @@ func TestConvergeLeavesWhatIsNotThePlugins(t *testing.T) {
 	}
 	if w := state["net.ipv4.tcp_keepalive_time"]; w.HasBefore || w.Set != "600" {
 		t.Errorf("state of a key the plugin set before its restart: %+v; want set 600 and no value before (500 was the plugin's)", w)
+	}
+}
+
+// The plugin's first write into a pod (a pod older than the plugin, a key
+// new to the config) goes only over a value nobody set: a fresh
+// namespace's, or the runtime's own. An earlier writer's value (a
+// privileged init container's) stays, as a later one would, and the
+// plugin keeps nothing of the key.
+func TestConvergeFirstWriteLeavesAnEarlierWriter(t *testing.T) {
+	const cfg = "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_time: 600\n  net.ipv4.tcp_keepalive_intvl: 60\n  net.ipv4.ip_unprivileged_port_start: 1024\n"
+	p, ns := newConvergeTest(t, cfg, t.TempDir(), nil)
+	p.useFetcher(&fakeFetcher{runtime: map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}})
+	ns.set("net.ipv4.tcp_keepalive_intvl", "30")       // an init container's, before the plugin
+	ns.set("net.ipv4.ip_unprivileged_port_start", "0") // containerd's, at the pod's creation
+	pod := synchronizedPod(t, p, "older")
+	passWrites(t, p, ns)("a pod older than the plugin", "net.ipv4.ip_unprivileged_port_start=1024,net.ipv4.tcp_keepalive_time=600")
+	if got := ns.get("net.ipv4.tcp_keepalive_intvl"); got != "30" {
+		t.Errorf("the earlier writer's tcp_keepalive_intvl = %q, want 30 kept", got)
+	}
+	state, err := p.podState.Load(pod.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := state["net.ipv4.tcp_keepalive_intvl"]; ok {
+		t.Errorf("state of the earlier writer's key: %+v, want nothing", w)
+	}
+	if w := state["net.ipv4.ip_unprivileged_port_start"]; w.Before != "0" || !w.HasBefore {
+		t.Errorf("state of the runtime's key: %+v, want its 0 kept to go back to", w)
+	}
+
+	ns.set("net.ipv4.tcp_keepalive_probes", "3") // before the key joins the config
+	reload(t, p, cfg+"  net.ipv4.tcp_keepalive_probes: 5\n  kernel.msgmax: 16384\n")
+	passWrites(t, p, ns)("a reload adding a key another writer set, and one nobody set", "kernel.msgmax=16384")
+	passWrites(t, p, ns)("a second pass", "")
+}
+
+// runtimeFromPause is containerd 2.0 to 2.2 to the plugin: a pod's config
+// without the spec beside it, the runtime's keys read from the pause
+// container only when asked.
+type runtimeFromPause struct {
+	added map[string]string
+	asked atomic.Int32
+}
+
+func (f *runtimeFromPause) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
+	return podsysctl.PodSysctls{Source: podsysctl.SourceSandboxConfig}, nil
+}
+
+func (f *runtimeFromPause) RuntimeAdded(context.Context, string, map[string]string) (map[string]string, error) {
+	f.asked.Add(1)
+	return f.added, nil
+}
+
+// Where the runtime's own keys do not come with the pod's lookup, the
+// pass reads them from the pause container before a first write, and
+// only then: a pod the plugin has set is never asked again.
+func TestConvergeReadsTheRuntimesKeysForAFirstWrite(t *testing.T) {
+	p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  net.ipv4.ip_unprivileged_port_start: 1024\n", t.TempDir(), nil)
+	pause := &runtimeFromPause{added: map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}}
+	p.meter.Store(p.newMetrics()) // the lookup counted, as with --metrics-address
+	p.useFetcher(pause)
+	ns.set("net.ipv4.ip_unprivileged_port_start", "0")
+	synchronizedPod(t, p, "on-2-2")
+	passWrites(t, p, ns)("a first write over the runtime's value", "net.ipv4.ip_unprivileged_port_start=1024")
+	passWrites(t, p, ns)("a second pass", "")
+	if n := pause.asked.Load(); n != 1 {
+		t.Errorf("the pause container was asked %d times, want once (for the first write only)", n)
 	}
 }
 

@@ -245,6 +245,12 @@ func (f meteredFetcher) Answers(ctx context.Context) (bool, string) {
 	return podsysctl.Answers(ctx, f.Fetcher)
 }
 
+// RuntimeAdded passes on to the metered lookup; not counted, as it is
+// convergence's, not a pod's lookup.
+func (f meteredFetcher) RuntimeAdded(ctx context.Context, podID string, own map[string]string) (map[string]string, error) {
+	return podsysctl.RuntimeAdded(ctx, f.Fetcher, podID, own)
+}
+
 func (f meteredFetcher) Fetch(ctx context.Context, podID string) (podsysctl.PodSysctls, error) {
 	start := time.Now()
 	own, err := f.Fetcher.Fetch(ctx, podID)

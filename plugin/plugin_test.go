@@ -27,7 +27,9 @@ const testConfig = fixture.Config
 type fakeFetcher struct {
 	calls atomic.Int32
 	own   map[string]string
-	err   error
+	// runtime is what the runtime added to the sandbox's spec.
+	runtime map[string]string
+	err     error
 }
 
 func (f *fakeFetcher) Fetch(context.Context, string) (podsysctl.PodSysctls, error) {
@@ -35,7 +37,7 @@ func (f *fakeFetcher) Fetch(context.Context, string) (podsysctl.PodSysctls, erro
 	if f.err != nil {
 		return podsysctl.PodSysctls{}, f.err
 	}
-	return podsysctl.PodSysctls{Own: f.own, Source: podsysctl.SourceSandboxConfig}, nil
+	return podsysctl.PodSysctls{Own: f.own, Runtime: f.runtime, Source: podsysctl.SourceSandboxConfig}, nil
 }
 
 func newTestPlugin(t testing.TB, cfgText string, f *fakeFetcher) *plugin {

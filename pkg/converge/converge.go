@@ -56,10 +56,17 @@ type Key struct {
 	// StillLanding: such a container may also start after this pass.
 	StillLanding bool
 	// Fresh is the key's value in a namespace the plugin creates fresh:
-	// what a key goes back to when Before is unknown. HasFresh is false
-	// for keys a fresh namespace does not have (per-interface keys).
+	// what a key goes back to when Before is unknown, and what an
+	// untouched pod holds before the plugin's first write. A
+	// per-interface key's is its stand-in's (sysctl.ProbeName). HasFresh
+	// is false for keys a fresh namespace does not have.
 	Fresh    string
 	HasFresh bool
+	// Runtime is the value the runtime itself gave the pod at its
+	// creation (containerd's ip_unprivileged_port_start=0, in the
+	// sandbox's spec but not the pod's config): not another writer's.
+	Runtime    string
+	HasRuntime bool
 }
 
 // Action is what happens to one key.
@@ -139,11 +146,49 @@ func bringTo(k Key) Step {
 		return Step{Key: k.Name, Action: CannotConverge, Reason: "the writer cannot set it in this pod's namespace", Remember: w}
 	}
 	if !w.HasSet && !w.HasBefore {
-		// The plugin's first write: what it finds is what goes back.
-		w.Before, w.HasBefore = k.Live, true
+		// The plugin's first write into the pod: only over a value nobody
+		// set, which is then what goes back.
+		if s, other := setBeforeThePlugin(k); other {
+			return s
+		}
+		if !landed(k) {
+			w.Before, w.HasBefore = k.Live, true
+		}
 	}
 	w.Set, w.HasSet = k.Want, true
 	return Step{Key: k.Name, Action: Write, Value: k.Want, Reason: quote(k.Live) + " -> " + quote(k.Want), Remember: w}
+}
+
+// setBeforeThePlugin decides a key the plugin has never set in the pod
+// whose live value is not the one wanted: a value that is neither a fresh
+// namespace's, nor the runtime's own, nor one of the plugin's landing,
+// was set by someone else (a privileged init container, an operator by
+// hand) before the plugin's first write, and stays, as a later one would.
+// other is false when the plugin may write.
+func setBeforeThePlugin(k Key) (s Step, other bool) {
+	switch {
+	case landed(k), k.HasFresh && same(k.Live, k.Fresh), k.HasRuntime && same(k.Live, k.Runtime):
+		return Step{}, false
+	case !k.HasFresh:
+		return Step{Key: k.Name, Action: CannotConverge, Reason: "cannot tell whether another writer set " + quote(k.Live) + ": a fresh namespace's value is unknown"}, true
+	case sysctl.CopiedFromHost(k.Name):
+		// Not told apart from another writer's: the pod took the host's
+		// value when it was made, and the host's may have changed since.
+		// The plugin leaves it, as it leaves any value it did not set.
+		return Step{Key: k.Name, Action: LeaveToOther, Reason: "at " + quote(k.Live) + ", not a fresh namespace's " + quote(k.Fresh) + ": set by another writer, or the host's value when the pod was made"}, true
+	default:
+		return Step{Key: k.Name, Action: LeaveToOther, Reason: "set to " + quote(k.Live) + " by another writer before the plugin's first write (a fresh namespace's is " + quote(k.Fresh) + ")"}, true
+	}
+}
+
+// landed: the live value is one the plugin put on a container's spec.
+func landed(k Key) bool {
+	for _, v := range k.Landing {
+		if same(k.Live, v) {
+			return true
+		}
+	}
+	return false
 }
 
 // giveBack puts back a key the plugin no longer manages, if it set it and
@@ -188,12 +233,7 @@ func forgetOnceLanded(k Key, s Step, back string) Step {
 // namespace's value where that is unknown), nor a value of its own that a
 // container's spec landed late.
 func changedByOther(k Key) bool {
-	for _, v := range k.Landing {
-		if same(k.Live, v) {
-			return false
-		}
-	}
-	return !backAtFresh(k) && k.Written.ChangedByOther(k.Live)
+	return !landed(k) && !backAtFresh(k) && k.Written.ChangedByOther(k.Live)
 }
 
 // backAtFresh: the value before the plugin's is unknown (a spec-mode pod,
@@ -208,13 +248,18 @@ func backAtFresh(k Key) bool {
 }
 
 // NeedsFresh tells whether deciding k may read a fresh namespace's value:
-// the plugin set the key with its value before unknown, and either the key
-// goes back or its live value is neither the plugin's nor the one wanted.
-// The caller reads fresh values only for these keys, after their live ones.
+// the plugin's first write (to tell an untouched value from another
+// writer's), or the plugin set the key with its value before unknown, and
+// either the key goes back or its live value is neither the plugin's nor
+// the one wanted. The caller reads fresh values only for these keys, after
+// their live ones.
 func NeedsFresh(k Key) bool {
 	w := k.Written
-	if k.PodOwn || !w.HasSet || w.HasBefore {
+	switch {
+	case k.PodOwn || w.HasBefore:
 		return false
+	case !w.HasSet:
+		return k.Wanted && !same(k.Live, k.Want)
 	}
 	return !k.Wanted || (!same(k.Live, k.Want) && !same(k.Live, w.Set))
 }

@@ -21,6 +21,11 @@ func unwanted(live string, w Written) Key {
 	return Key{Name: keepalive, Live: live, Written: w, Writable: true, Fresh: "7200", HasFresh: true}
 }
 
+func withRuntime(k Key, v string) Key {
+	k.Runtime, k.HasRuntime = v, true
+	return k
+}
+
 func landing(k Key, values ...string) Key {
 	k.Landing, k.StillLanding = values, true
 	return k
@@ -34,8 +39,38 @@ var planCases = []struct {
 }{
 	{
 		name: "a pod running before the plugin: written, its value kept to go back to",
-		key:  wanted("600", "7200", Written{}),
+		key:  withFresh(wanted("600", "7200", Written{}), "7200"),
 		want: Step{Action: Write, Value: "600", Reason: `"7200" -> "600"`, Remember: setOver("600", "7200")},
+	},
+	{
+		name: "a first write over another writer's value (an init container's): left, nothing remembered",
+		key:  withFresh(wanted("600", "900", Written{}), "7200"),
+		want: Step{Action: LeaveToOther, Reason: `set to "900" by another writer before the plugin's first write (a fresh namespace's is "7200")`},
+	},
+	{
+		name: "a first write over the runtime's own value: written, that value kept to go back to",
+		key:  withRuntime(withFresh(Key{Name: "net.ipv4.ip_unprivileged_port_start", Want: "1024", Wanted: true, Live: "0", Writable: true}, "1024"), "0"),
+		want: Step{Key: "net.ipv4.ip_unprivileged_port_start", Action: Write, Value: "1024", Reason: `"0" -> "1024"`, Remember: setOver("1024", "0")},
+	},
+	{
+		name: "a first write over a value other than the runtime's: left",
+		key:  withRuntime(withFresh(Key{Name: "net.ipv4.ip_unprivileged_port_start", Want: "1024", Wanted: true, Live: "80", Writable: true}, "1024"), "0"),
+		want: Step{Key: "net.ipv4.ip_unprivileged_port_start", Action: LeaveToOther, Reason: `set to "80" by another writer before the plugin's first write (a fresh namespace's is "1024")`},
+	},
+	{
+		name: "a first write on a key copied from the host, the host's value changed since: left, both causes named",
+		key:  withFresh(Key{Name: "net.ipv4.tcp_congestion_control", Want: "bbr", Wanted: true, Live: "reno", Writable: true}, "cubic"),
+		want: Step{Key: "net.ipv4.tcp_congestion_control", Action: LeaveToOther, Reason: `at "reno", not a fresh namespace's "cubic": set by another writer, or the host's value when the pod was made`},
+	},
+	{
+		name: "a first write, a fresh namespace's value unknown: reported, nothing written",
+		key:  wanted("600", "900", Written{}),
+		want: Step{Action: CannotConverge, Reason: `cannot tell whether another writer set "900": a fresh namespace's value is unknown`},
+	},
+	{
+		name: "a first write over the plugin's own landed value: written, the value before still unknown",
+		key:  landing(withFresh(wanted("650", "600", Written{}), "7200"), "600"),
+		want: Step{Action: Write, Value: "650", Reason: `"600" -> "650"`, Remember: set("650")},
 	},
 	{
 		name: "a reload: the plugin's own value is replaced, the value before kept",
@@ -183,7 +218,7 @@ func TestPlan(t *testing.T) {
 // converged: nothing more to write, so convergence never loops.
 func TestPlanAfterItsOwnStepsKeepsEverything(t *testing.T) {
 	keys := []Key{
-		wanted("600", "7200", Written{}),
+		withFresh(wanted("600", "7200", Written{}), "7200"),
 		{Name: "net.core.somaxconn", Want: "4096", Wanted: true, Live: "4096", Writable: true},
 		{Name: "kernel.shmmni", Live: "8192", Written: setOver("8192", "4096"), Writable: true},
 	}
@@ -261,7 +296,9 @@ func TestNeedsFresh(t *testing.T) {
 		{"a spec-mode value a reload replaces", wanted("650", "600", set("600")), false},
 		{"a spec-mode key that left the config", unwanted("600", set("600")), true},
 		{"the value before is known", wanted("650", "7200", setOver("600", "7200")), false},
-		{"never set by the plugin", wanted("600", "7200", Written{}), false},
+		{"never set by the plugin: its first write", wanted("600", "7200", Written{}), true},
+		{"never set by the plugin, in force", wanted("600", "600", Written{}), false},
+		{"never set by the plugin, no longer wanted", unwanted("600", Written{}), false},
 		{"the pod's own", Key{Name: keepalive, Want: "600", Wanted: true, Live: "30", Written: set("600"), PodOwn: true}, false},
 	} {
 		if got := NeedsFresh(tc.key); got != tc.want {

@@ -118,6 +118,25 @@ func (c *Containerd) Fetch(ctx context.Context, podID string) (PodSysctls, error
 	return PodSysctls{}, fmt.Errorf("looking up pod %s: no sysctl source: %w", podID, errors.Join(errs...))
 }
 
+// RuntimeAdded reads what the runtime added to the pod's sandbox spec
+// beside own, the pod's own keys, from the pause container's spec: for
+// containerd 2.0 to 2.2, whose sandbox store keeps no spec. Only
+// convergence asks, for a pod it has never written, never the create
+// path.
+func (c *Containerd) RuntimeAdded(ctx context.Context, podID string, own map[string]string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, namespaceHeader, c.namespace), c.timeout)
+	defer cancel()
+	ctr, err := c.containers.Get(ctx, &containersapi.GetContainerRequest{ID: podID})
+	if err != nil {
+		return nil, fmt.Errorf("pause container of pod %s: %w", podID, err)
+	}
+	inSpec, _, err := readSpec(ctr.GetContainer().GetSpec().GetValue())
+	if err != nil {
+		return nil, fmt.Errorf("pause container of pod %s: %w", podID, err)
+	}
+	return addedByRuntime(inSpec, own), nil
+}
+
 func isNotFoundOrUnimplemented(err error) bool {
 	switch status.Code(err) {
 	case codes.NotFound, codes.Unimplemented:

@@ -10,6 +10,7 @@ package podsysctl
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
@@ -36,6 +37,36 @@ type PodSysctls struct {
 	// GIDMappings is the sandbox's user namespace gid mapping, when it
 	// has one and its spec could be read.
 	GIDMappings []policy.IDMapping
+	// Runtime is what the runtime added to the sandbox's spec beside the
+	// pod's own keys (containerd's ip_unprivileged_port_start and
+	// ping_group_range), when Own came from the pod's config and the spec
+	// could be read: values set at the pod's creation by no other writer.
+	Runtime map[string]string
+}
+
+// RuntimeUnread tells that the runtime's own keys may exist but were not
+// read with the pod's: its config came without a spec beside it
+// (containerd 2.0 to 2.2). RuntimeAdder reads them.
+func (s PodSysctls) RuntimeUnread() bool {
+	return s.Source == SourceSandboxConfig && s.Runtime == nil
+}
+
+// RuntimeAdder reads what the runtime added to a pod's sandbox spec
+// beside own, where Fetch could not (PodSysctls.RuntimeUnread).
+type RuntimeAdder interface {
+	RuntimeAdded(ctx context.Context, podID string, own map[string]string) (map[string]string, error)
+}
+
+// ErrNoRuntimeAdder: the lookup cannot read the runtime's own keys.
+var ErrNoRuntimeAdder = errors.New("the pod lookup cannot read what the runtime set")
+
+// RuntimeAdded asks f, if it can tell, what the runtime added to the
+// pod's sandbox spec beside own.
+func RuntimeAdded(ctx context.Context, f Fetcher, podID string, own map[string]string) (map[string]string, error) {
+	if a, ok := f.(RuntimeAdder); ok {
+		return a.RuntimeAdded(ctx, podID, own)
+	}
+	return nil, ErrNoRuntimeAdder
 }
 
 // Fetcher reads a pod's sysctls from the runtime.
@@ -139,10 +170,29 @@ func fromCRIMetadata(meta, spec []byte, source string) (PodSysctls, error) {
 	if err != nil {
 		return PodSysctls{}, err
 	}
-	if gids == nil && len(spec) > 0 {
-		_, gids, _ = readSpec(spec)
+	r := PodSysctls{Own: own, Source: source, GIDMappings: gids}
+	if len(spec) > 0 {
+		inSpec, specGIDs, err := readSpec(spec)
+		if err == nil {
+			r.Runtime = addedByRuntime(inSpec, own)
+		}
+		if r.GIDMappings == nil {
+			r.GIDMappings = specGIDs
+		}
 	}
-	return PodSysctls{Own: own, Source: source, GIDMappings: gids}, nil
+	return r, nil
+}
+
+// addedByRuntime is what a sandbox's spec sets beside the pod's own keys:
+// never nil, so that a spec read is told from one not read.
+func addedByRuntime(inSpec, own map[string]string) map[string]string {
+	added := map[string]string{}
+	for k, v := range inSpec {
+		if _, mine := own[k]; !mine {
+			added[k] = v
+		}
+	}
+	return added
 }
 
 func normalized(in map[string]string) map[string]string {

@@ -75,3 +75,24 @@ func TestGIDMappingsFromCRIMetadata(t *testing.T) {
 		t.Fatalf("pod without user namespace: gids %+v", gids)
 	}
 }
+
+// What the runtime added to the sandbox's spec is told apart from the
+// pod's own keys: the plugin may write over the one (never another
+// writer's), never over the other.
+func TestRuntimeAddedKeys(t *testing.T) {
+	const meta = `{"Version":"v1","Metadata":{"Config":{"linux":{"sysctls":{"net.core.somaxconn":"4096"}}}}}`
+	const spec = `{"linux":{"sysctl":{"net.core.somaxconn":"4096","net.ipv4.ip_unprivileged_port_start":"0","net.ipv4.ping_group_range":"0 2147483647"}}}`
+	got, err := fromCRIMetadata([]byte(meta), []byte(spec), SourceSandboxConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"net.core.somaxconn": "4096"}; !reflect.DeepEqual(got.Own, want) {
+		t.Errorf("own = %v, want %v", got.Own, want)
+	}
+	if want := map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "net.ipv4.ping_group_range": "0 2147483647"}; !reflect.DeepEqual(got.Runtime, want) {
+		t.Errorf("runtime = %v, want %v", got.Runtime, want)
+	}
+	if got, _ := fromCRIMetadata([]byte(meta), nil, SourceSandboxConfig); got.Runtime != nil {
+		t.Errorf("no spec: runtime = %v, want none", got.Runtime)
+	}
+}

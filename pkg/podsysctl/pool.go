@@ -218,6 +218,17 @@ func (d *discoveredLookup) Answers(ctx context.Context) (bool, string) {
 	return false, strings.Join(whys, "; ")
 }
 
+// RuntimeAdded asks the containerd chosen by an earlier Fetch.
+func (d *discoveredLookup) RuntimeAdded(ctx context.Context, podID string, own map[string]string) (map[string]string, error) {
+	d.mu.Lock()
+	chosen := d.chosen
+	d.mu.Unlock()
+	if chosen == nil {
+		return nil, fmt.Errorf("pod %s: no containerd socket of the parent process chosen yet", podID)
+	}
+	return chosen.RuntimeAdded(ctx, podID, own)
+}
+
 func (d *discoveredLookup) Fetch(ctx context.Context, podID string) (PodSysctls, error) {
 	d.mu.Lock()
 	chosen := d.chosen

@@ -121,9 +121,11 @@ func KernelCheck(skip bool) func(map[string][]string) (map[string]error, map[str
 }
 
 // Fresh reads names in throw-away network, IPC and UTS namespaces, as a
-// pod's start: what a key of a running pod goes back to when its value
-// before the plugin's first write is unknown. A name a fresh namespace
-// lacks (a per-interface key, a user.* key, one not namespaced) is left
+// pod's start: what an untouched pod holds, and what a key of a running
+// pod goes back to when its value before the plugin's first write is
+// unknown. A per-interface key is read from its stand-in entry
+// (sysctl.ProbeName), whose value an interface made in the pod takes. A
+// name a fresh namespace lacks (a user.* key, one not namespaced) is left
 // out.
 func Fresh(names []string) (map[string]string, error) {
 	out := map[string]string{}
@@ -138,7 +140,7 @@ func Fresh(names []string) (map[string]string, error) {
 			case sysctl.NotNamespaced, sysctl.User:
 				continue
 			}
-			if data, rerr := os.ReadFile(sysctl.Path(name)); rerr == nil {
+			if data, rerr := os.ReadFile(sysctl.Path(sysctl.ProbeName(name))); rerr == nil {
 				out[name] = strings.TrimSpace(string(data))
 			}
 		}

@@ -20,8 +20,8 @@ import (
 )
 
 // Fresh reads a fresh namespace's values: the kernel's defaults, whatever
-// this process's namespace holds, and nothing for a key a fresh namespace
-// lacks.
+// this process's namespace holds, a per-interface key's from its stand-in,
+// and nothing for a key a fresh namespace lacks.
 func TestFreshReadsThrowAwayNamespaces(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -33,7 +33,14 @@ func TestFreshReadsThrowAwayNamespaces(t *testing.T) {
 	if got["net.ipv4.tcp_keepalive_time"] != "7200" || got["kernel.msgmax"] != "8192" {
 		t.Errorf("fresh values %v, want the kernel's 7200 and 8192", got)
 	}
-	for _, absent := range []string{"net.ipv4.conf.eth0.rp_filter", "user.max_user_namespaces", "vm.swappiness"} {
+	stand, err := Fresh([]string{"net.ipv4.conf.default.rp_filter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got["net.ipv4.conf.eth0.rp_filter"]; !ok || v != stand["net.ipv4.conf.default.rp_filter"] {
+		t.Errorf("net.ipv4.conf.eth0.rp_filter = %q (%v), want conf.default's %q", v, ok, stand["net.ipv4.conf.default.rp_filter"])
+	}
+	for _, absent := range []string{"user.max_user_namespaces", "vm.swappiness"} {
 		if v, ok := got[absent]; ok {
 			t.Errorf("%s = %q in a fresh namespace, want it left out", absent, v)
 		}

@@ -293,6 +293,48 @@ func TestConvergeStoppedPodWritesNothing(t *testing.T) {
 	}
 }
 
+// TestConvergeFirstWriteKeepsAnEarlierWriter: the plugin's first write
+// into a pod goes only over a value nobody set. In a pod running before
+// the plugin, a value another writer set first (a privileged init
+// container's; here from the host) stays while the plugin's other keys
+// reach the pod, the runtime's own ip_unprivileged_port_start included; a
+// reload that adds a key another writer set keeps that one too, and
+// writes one nobody set. Every value is read inside the container.
+func TestConvergeFirstWriteKeepsAnEarlierWriter(t *testing.T) {
+	const space = "e2e-converge-first"
+	c := getCluster(t)
+	pod := runPod(t, PodSpec{Name: "older", Namespace: space})
+	ctr := runContainer(t, pod, "app")
+	const earlier, earlierAtReload = "3000", "3"
+	setInPod(t, c, pod, "net.core.somaxconn", earlier)
+
+	cfg := only(nodeDefaults, "net.ipv4.tcp_keepalive_time", "net.core.somaxconn", "net.ipv4.ip_unprivileged_port_start")
+	p := startPlugin(t, defaultsYAML(cfg))
+	waitUntil(t, 20*time.Second, "the keys nobody set to converge", func() (bool, string) {
+		keepalive, ports := readSysctl(t, ctr, "net.ipv4.tcp_keepalive_time"), readSysctl(t, ctr, "net.ipv4.ip_unprivileged_port_start")
+		return keepalive == cfg["net.ipv4.tcp_keepalive_time"] && ports == cfg["net.ipv4.ip_unprivileged_port_start"], "tcp_keepalive_time " + keepalive + ", ip_unprivileged_port_start " + ports
+	})
+	// One pass writes a pod's keys in one visit: the earlier writer's
+	// would have been written with them.
+	if got := readSysctl(t, ctr, "net.core.somaxconn"); got != earlier {
+		t.Errorf("an earlier writer's net.core.somaxconn = %s, want %s kept", got, earlier)
+	}
+
+	setInPod(t, c, pod, "net.ipv4.tcp_keepalive_probes", earlierAtReload)
+	next := with(with(cfg, "net.ipv4.tcp_keepalive_probes", "5"), "net.ipv4.tcp_fin_timeout", "30")
+	rewriteConfig(t, p.configPath, defaultsYAML(next))
+	sighup(t, p)
+	waitUntil(t, 20*time.Second, "a key nobody set, added by a reload, to converge", func() (bool, string) {
+		got := readSysctl(t, ctr, "net.ipv4.tcp_fin_timeout")
+		return got == next["net.ipv4.tcp_fin_timeout"], "tcp_fin_timeout " + got
+	})
+	for key, want := range map[string]string{"net.ipv4.tcp_keepalive_probes": earlierAtReload, "net.core.somaxconn": earlier} {
+		if got := readSysctl(t, ctr, key); got != want {
+			t.Errorf("after a reload adding it, an earlier writer's %s = %s, want %s kept", key, got, want)
+		}
+	}
+}
+
 // sandboxPid is the pod's sandbox process, as crictl inspectp shows it.
 func (c *cluster) sandboxPid(t *testing.T, podID string) int {
 	t.Helper()
