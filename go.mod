@@ -16,6 +16,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 	k8s.io/cri-api v0.35.5
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -608,8 +608,9 @@ func convergeKeys(cur *loaded, pod policy.Pod, sysctls podsysctl.PodSysctls, mem
 }
 
 // loadPodState is what the plugin set in the pod: its state file, else
-// what this run wrote (namespace mode) or put on its containers' specs,
-// else what its containers' annotations say it set before a restart.
+// what this run wrote (namespace mode) or put on its containers' specs;
+// then, for keys neither holds, what its containers' annotations say it
+// set before a restart.
 func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[string]converge.Written, error) {
 	memory := map[string]converge.Written{}
 	if p.podState != nil {
@@ -619,19 +620,26 @@ func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[s
 		}
 		memory = m
 	}
-	if len(memory) > 0 {
-		return memory, nil
+	fromState := len(memory) > 0
+	if !fromState {
+		for _, s := range rec.setByPlugin() {
+			memory[s.Key()] = converge.Written{Set: s.Value(), HasSet: true}
+		}
 	}
+	// The annotation tells what the plugin set at creation in a pod whose
+	// state does not hold it: from before the state existed, or the
+	// plugin stopped before its worker kept it.
 	for k, v := range injected {
-		memory[k] = converge.Written{Set: v, HasSet: true}
+		if _, ok := memory[k]; !ok {
+			memory[k] = converge.Written{Set: v, HasSet: true}
+		}
 	}
-	for _, s := range rec.setByPlugin() {
-		memory[s.Key()] = converge.Written{Set: s.Value(), HasSet: true}
-	}
-	for k, v := range rec.valuesBefore() {
-		if w, ok := memory[k]; ok {
-			w.Before, w.HasBefore = v, true
-			memory[k] = w
+	if !fromState {
+		for k, v := range rec.valuesBefore() {
+			if w, ok := memory[k]; ok {
+				w.Before, w.HasBefore = v, true
+				memory[k] = w
+			}
 		}
 	}
 	return memory, nil

@@ -7,6 +7,7 @@ import (
 	"maps"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
+	"github.com/nri-sysctl/nri-sysctl/pkg/runtimemode"
 )
 
 // What the plugin sets in a pod at its creation is kept in the pod's
@@ -40,8 +41,9 @@ func (p *plugin) keepSetPods() {
 }
 
 // keepSet adds what rec says the plugin set in the pod to the pod's
-// state: each key's value set, and its value before when the state holds
-// none and the record read one.
+// state: each key's value set (in spec mode only where the state holds
+// none), and its value before when the state holds none and the record
+// read one.
 func (p *plugin) keepSet(rec *podRecord) {
 	held, err := p.podState.Load(rec.id)
 	if err != nil {
@@ -50,9 +52,18 @@ func (p *plugin) keepSet(rec *podRecord) {
 	}
 	memory := maps.Clone(held)
 	before := rec.valuesBefore()
+	spec := rec.cfg.mode != runtimemode.Namespace
 	for _, s := range rec.setByPlugin() {
 		w := memory[s.Key()]
-		if v, ok := before[s.Key()]; ok && !w.HasBefore && !w.HasSet {
+		if w.HasSet && spec {
+			// The state's value is one the plugin wrote or saw in force;
+			// a spec's may never land (its container's creation failed),
+			// and one that lands is the pod's record's (Landing) until
+			// the next pass holds it. Namespace mode's values were
+			// written.
+			continue
+		}
+		if v, ok := before[s.Key()]; ok && !w.HasBefore {
 			w.Before, w.HasBefore = v, true
 		}
 		w.Set, w.HasSet = s.Value(), true

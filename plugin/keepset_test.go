@@ -5,9 +5,11 @@ package plugin
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
 )
 
 const (
@@ -105,5 +107,29 @@ func TestEmptyValueBeforeIsKeptAndRestored(t *testing.T) {
 	passWrites(t, restarted, ns)("the key out of the config after a restart", reservedPorts+"=")
 	if got := ns.get(reservedPorts); got != "" {
 		t.Errorf("%s = %q, want it back empty", reservedPorts, got)
+	}
+}
+
+// A key the pod's state does not hold is read from the containers'
+// annotation: the plugin may have stopped before its worker kept what it
+// set at a container's creation. A key the state holds is the state's.
+func TestPodStateAndAnnotationTogether(t *testing.T) {
+	p, _ := newConvergeTest(t, testConfig, t.TempDir(), nil)
+	pod := synchronizedPod(t, p, "both")
+	kept := map[string]converge.Written{"net.ipv4.tcp_keepalive_intvl": {Set: "60", HasSet: true, Before: "75", HasBefore: true}}
+	if err := p.podState.Save(pod.Id, kept); err != nil {
+		t.Fatal(err)
+	}
+	injected := map[string]string{"net.ipv4.tcp_keepalive_time": "600", "net.ipv4.tcp_keepalive_intvl": "30"}
+	got, err := p.loadPodState(p.record(pod), injected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]converge.Written{
+		"net.ipv4.tcp_keepalive_intvl": kept["net.ipv4.tcp_keepalive_intvl"],
+		"net.ipv4.tcp_keepalive_time":  {Set: "600", HasSet: true},
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("memory = %+v, want %+v", got, want)
 	}
 }

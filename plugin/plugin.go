@@ -103,12 +103,12 @@ func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if rec.cfg.mode != runtimemode.Namespace {
 		// Off the create path: in spec mode only the reads after it go
 		// through what is held (prefetch, convergence).
-		go func() {
+		p.afterAnswer(func() {
 			p.held.hold(pod)
 			if applies {
 				p.prefetch(rec, pod)
 			}
-		}()
+		})
 		return nil
 	}
 	p.held.hold(pod) // the writes below go through it

@@ -96,6 +96,10 @@ type plugin struct {
 	// freshValues reads keys in namespaces made fresh (converge.go);
 	// swapped in tests.
 	freshValues func([]string) (map[string]string, error)
+	// afterAnswer runs work a handler leaves for after its answer (spec
+	// mode's hold and read at RunPodSandbox): in a goroutine; the model
+	// test runs it in line, to replay a sequence exactly.
+	afterAnswer func(func())
 	// meter counts for /metrics; nil while metrics are off (metrics.go).
 	meter           atomic.Pointer[metrics]
 	metricsListener metricsListener
@@ -155,6 +159,7 @@ func newPlugin(log *logrus.Logger, check config.KernelChecker, modeOverride runt
 		readNamespaces:  podns.Read,
 		visitNamespaces: podns.Visit,
 		freshValues:     probe.Fresh,
+		afterAnswer:     func(work func()) { go work() },
 		synchronized:    make(chan struct{}),
 		events:          noEvents{},
 		connect:         func(*config.Config) (podsysctl.Fetcher, error) { return noLookup{}, nil },
