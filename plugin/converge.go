@@ -608,9 +608,11 @@ func convergeKeys(cur *loaded, pod policy.Pod, sysctls podsysctl.PodSysctls, mem
 }
 
 // loadPodState is what the plugin set in the pod: its state file, else
-// what this run wrote (namespace mode) or put on its containers' specs;
-// then, for keys neither holds, what its containers' annotations say it
-// set before a restart.
+// what this run wrote (namespace mode) or put on its containers' specs,
+// else what its containers' annotations say it set before a restart. The
+// annotation is not read beside a state: a key the plugin forgot (put
+// back, or left to another writer once out of the config) would come
+// back from it as the plugin's.
 func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[string]converge.Written, error) {
 	memory := map[string]converge.Written{}
 	if p.podState != nil {
@@ -620,26 +622,19 @@ func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[s
 		}
 		memory = m
 	}
-	fromState := len(memory) > 0
-	if !fromState {
-		for _, s := range rec.setByPlugin() {
-			memory[s.Key()] = converge.Written{Set: s.Value(), HasSet: true}
-		}
+	if len(memory) > 0 {
+		return memory, nil
 	}
-	// The annotation tells what the plugin set at creation in a pod whose
-	// state does not hold it: from before the state existed, or the
-	// plugin stopped before its worker kept it.
 	for k, v := range injected {
-		if _, ok := memory[k]; !ok {
-			memory[k] = converge.Written{Set: v, HasSet: true}
-		}
+		memory[k] = converge.Written{Set: v, HasSet: true}
 	}
-	if !fromState {
-		for k, v := range rec.valuesBefore() {
-			if w, ok := memory[k]; ok {
-				w.Before, w.HasBefore = v, true
-				memory[k] = w
-			}
+	for _, s := range rec.setByPlugin() {
+		memory[s.Key()] = converge.Written{Set: s.Value(), HasSet: true}
+	}
+	for k, v := range rec.valuesBefore() {
+		if w, ok := memory[k]; ok {
+			w.Before, w.HasBefore = v, true
+			memory[k] = w
 		}
 	}
 	return memory, nil

@@ -465,9 +465,9 @@ func (m *modelMachine) Restart(t *rapid.T) {
 		}
 	}
 	// The worker keeps what the plugin set at once (keepKick); a stop in
-	// the moment between is not modelled: the state would then say less
-	// than the containers' annotations, whose values for a key the
-	// state holds are not read.
+	// the moment between is not modelled (docs/security.md): the state
+	// would then say less than the containers' annotations, which are
+	// not read beside a state.
 	m.p.keepSetPods()
 	if !rapid.Bool().Draw(t, "keepState") {
 		m.stateDir = m.tmp()
