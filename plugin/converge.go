@@ -430,7 +430,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		return 0
 	}
 	keys := convergeKeys(cur, info, own, memory)
-	if own.RuntimeUnread() && hasFirstWrite(keys) {
+	if own.RuntimeUnread() && slices.ContainsFunc(keys, converge.Key.FirstWrite) {
 		added := p.runtimeAdded(ctx, cur, rec, own.Own)
 		for i := range keys {
 			keys[i].Runtime, keys[i].HasRuntime = added[keys[i].Name]
@@ -489,15 +489,6 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	}
 	next.noteConverged(wantedLive(readable, memory))
 	return next.landingWait()
-}
-
-// hasFirstWrite tells whether a key is one the plugin is given but has
-// never set in the pod: its live value must be told from another
-// writer's before the plugin writes.
-func hasFirstWrite(keys []converge.Key) bool {
-	return slices.ContainsFunc(keys, func(k converge.Key) bool {
-		return k.Wanted && !k.PodOwn && !k.Written.HasSet && !k.Written.HasBefore
-	})
 }
 
 // runtimeAdded is what the runtime set in the pod at its creation beside

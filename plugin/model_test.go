@@ -93,7 +93,10 @@ type modelKernel struct {
 	breaches []string
 }
 
-func kindName(n sysctl.Namespace) string { return n.String() }
+// modelNamespace names a pod's namespace of one kind.
+func modelNamespace(podID string, kind sysctl.Namespace) string {
+	return "model:" + podID + "/" + kind.String()
+}
 
 func (k *modelKernel) namespaceOf(t podns.Target, key string) (name string, pod *modelPod, ok bool) {
 	ref, has := t[sysctl.NamespaceOf(key)]
@@ -167,7 +170,7 @@ func (k *modelKernel) target(pod *api.PodSandbox) podns.Target {
 	for _, ns := range pod.GetLinux().GetNamespaces() {
 		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
 		if ok {
-			t[kind] = podns.NamespaceRef{Path: "model:" + pod.GetId() + "/" + kindName(kind)}
+			t[kind] = podns.NamespaceRef{Path: modelNamespace(pod.GetId(), kind)}
 		}
 	}
 	return t
@@ -289,7 +292,7 @@ func (m *modelMachine) CreatePod(t *rapid.T) {
 	m.kernel.mu.Lock()
 	m.kernel.pods[id] = pod
 	for _, kind := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS} {
-		m.kernel.ns["model:"+id+"/"+kindName(kind)] = map[string]string{}
+		m.kernel.ns[modelNamespace(id, kind)] = map[string]string{}
 	}
 	for key, v := range modelKeys {
 		if name, _, ok := m.kernel.namespaceOf(m.kernel.target(sb), key); ok {

@@ -145,7 +145,7 @@ func bringTo(k Key) Step {
 	case !k.Writable:
 		return Step{Key: k.Name, Action: CannotConverge, Reason: "the writer cannot set it in this pod's namespace", Remember: w}
 	}
-	if !w.HasSet && !w.HasBefore {
+	if k.FirstWrite() {
 		// The plugin's first write into the pod: only over a value nobody
 		// set, which is then what goes back.
 		if s, other := setBeforeThePlugin(k); other {
@@ -258,10 +258,19 @@ func NeedsFresh(k Key) bool {
 	switch {
 	case k.PodOwn || w.HasBefore:
 		return false
+	case k.FirstWrite():
+		return !same(k.Live, k.Want)
 	case !w.HasSet:
-		return k.Wanted && !same(k.Live, k.Want)
+		return false
 	}
 	return !k.Wanted || (!same(k.Live, k.Want) && !same(k.Live, w.Set))
+}
+
+// FirstWrite tells whether the config gives the pod k and the plugin has
+// never set it there: its live value must be told from another writer's
+// before the plugin writes.
+func (k Key) FirstWrite() bool {
+	return k.Wanted && !k.PodOwn && !k.Written.HasSet && !k.Written.HasBefore
 }
 
 // ChangedByOther tells whether live was set by another writer: the plugin
