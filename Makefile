@@ -285,7 +285,7 @@ setup:
 ## E2E_JOBS=2 (the default) runs the FULL lines and the others as two
 ## streams at once, E2E_JOBS=1 one line after another (test/e2e.sh says why).
 E2E_FULL_VERSIONS ?= v2.4.2 v2.2.9
-E2E_LINE_CASES = ^(TestHarness|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass|TestConvergeStoppedPodWritesNothing|TestConvergeListAcrossRestarts|TestConvergeFirstWriteKeepsAnEarlierWriter)$$
+E2E_LINE_CASES = ^(TestHarness|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass|TestConvergeStoppedPodWritesNothing|TestConvergeListAcrossRestarts|TestConvergeFirstWriteKeepsAnEarlierWriter|TestNextContainerKeepsAnotherWritersValue)$$
 E2E_JOBS ?= 2
 e2e: build
 	GO='$(GO)' E2E_JOBS='$(E2E_JOBS)' test/e2e.sh '$(E2E_CONTAINERD_VERSIONS)' '$(E2E_FULL_VERSIONS)' '$(E2E_LINE_CASES)'

@@ -128,6 +128,17 @@ type runningPods struct {
 	// setIn holds the pods the plugin set something in since the worker
 	// last kept it (keepset.go).
 	setIn map[string]bool
+	// withContainers holds the pods listed at Synchronize with a
+	// container: their values are in place (podRecord.inPlace).
+	withContainers map[string]bool
+}
+
+// listedWithContainers tells whether the pod had a container when
+// Synchronize listed it.
+func (r *runningPods) listedWithContainers(podID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.withContainers[podID]
 }
 
 // markSet marks the pod as one the plugin set something in.
@@ -184,9 +195,14 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 		next[pod.GetId()] = pod
 	}
 	injected := map[string]map[string]string{}
+	withContainers := map[string]bool{}
 	for _, c := range ctrs {
+		if next[c.GetPodSandboxId()] == nil {
+			continue
+		}
+		withContainers[c.GetPodSandboxId()] = true
 		text, ok := c.GetAnnotations()[outcome.AnnotationInjected]
-		if !ok || next[c.GetPodSandboxId()] == nil {
+		if !ok {
 			continue
 		}
 		m := injected[c.GetPodSandboxId()]
@@ -200,7 +216,7 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pods, r.injected = next, injected
+	r.pods, r.injected, r.withContainers = next, injected, withContainers
 	// What was reported of pods no longer listed goes with them.
 	maps.DeleteFunc(r.cannot, func(id string, _ map[string]bool) bool { return next[id] == nil })
 	maps.DeleteFunc(r.notHeld, func(id string, _ bool) bool { return next[id] == nil })
@@ -224,6 +240,7 @@ func (r *runningPods) remove(id string) {
 	delete(r.cannot, id)
 	delete(r.notHeld, id)
 	delete(r.setIn, id)
+	delete(r.withContainers, id)
 }
 
 // list is the running pods, by ID, each with what its containers'
@@ -724,6 +741,8 @@ func (p *plugin) replaceRecord(old *podRecord, mark time.Time, cur *loaded, sb *
 	next.before, next.answered = old.valuesBefore(), true
 	next.writes = writeDone
 	next.leftToOther = others
+	next.inPlace = true // read and brought to cur
+	next.carried = old.carriedSpecs()
 	switch swapped, changed := p.records.replace(old, next, time.Now(), mark); {
 	case changed:
 		return nil, replaceRetry

@@ -151,6 +151,16 @@ func passWrites(t *testing.T, p *plugin, ns *fakeNamespaces) func(what, want str
 	}
 }
 
+// wantNothingOnSpec: a container of a pod whose values are in place
+// carries no sysctl on its spec, which runc would write over whatever
+// the pod holds.
+func wantNothingOnSpec(t *testing.T, what string, adj *api.ContainerAdjustment) {
+	t.Helper()
+	if got := adj.GetLinux().GetSysctl(); len(got) > 0 {
+		t.Errorf("%s: the spec carries %v, want nothing", what, got)
+	}
+}
+
 func reload(t testing.TB, p *plugin, text string) {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(text), nil)
@@ -182,13 +192,15 @@ func TestConvergeRunningPod(t *testing.T) {
 	reload(t, p, base+"  net.ipv4.tcp_keepalive_time: 650\n")
 	step("reload 600 -> 650", "net.ipv4.tcp_keepalive_time=650")
 
-	// The pod's next container carries the converged value on its spec.
+	// The pod's next container carries nothing on its spec (the values
+	// are in place), and is told the converged value.
 	adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: "late"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := adj.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_time"]; got != "650" {
-		t.Errorf("next container's spec: tcp_keepalive_time %q, want 650", got)
+	wantNothingOnSpec(t, "next container", adj)
+	if got := parseApplied(adj.GetAnnotations()[outcome.AnnotationInjected])["net.ipv4.tcp_keepalive_time"]; got != "650" {
+		t.Errorf("next container's annotation: tcp_keepalive_time %q, want 650", got)
 	}
 
 	// Another writer; then a restart of the plugin on the same state.
@@ -211,11 +223,9 @@ func TestConvergeRunningPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := adj.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_intvl"]; ok {
-		t.Errorf("next container's spec sets tcp_keepalive_intvl=%s over another writer's 33", got)
-	}
-	if got := adj.GetLinux().GetSysctl()["net.ipv4.tcp_keepalive_time"]; got != "650" {
-		t.Errorf("next container's spec: tcp_keepalive_time %q, want 650", got)
+	wantNothingOnSpec(t, "next container after another writer", adj)
+	if got := adj.GetAnnotations()[outcome.AnnotationSkipped]; !strings.Contains(got, "net.ipv4.tcp_keepalive_intvl (") || !strings.Contains(got, "in the running pod by another writer") {
+		t.Errorf("next container's skipped annotation %q does not name another writer's tcp_keepalive_intvl", got)
 	}
 
 	// The key leaves the config: back to the kernel's 7200.
@@ -434,9 +444,9 @@ func TestConvergeRestoresFreshValueWhenBeforeIsUnknown(t *testing.T) {
 // (containerd restarted, a later plugin or the validator refused it) never
 // had its values written, so the pod holds its values before the plugin's
 // while the plugin's record says it set its own. Those are no other
-// writer's: the next pass writes the defaults and the pod's next container
-// still carries them (make soak found such a pod's next container started
-// bare). One value is the runtime's, set as it made the pod, not a fresh
+// writer's: the next pass writes the defaults, which the pod's next
+// container is told it has (make soak found such a pod's next container
+// started bare). One value is the runtime's, set as it made the pod, not a fresh
 // namespace's (as containerd sets ip_unprivileged_port_start): the values
 // read at RunPodSandbox tell it.
 func TestConvergeWritesWhereTheSpecNeverLanded(t *testing.T) {
@@ -473,9 +483,11 @@ func TestConvergeWritesWhereTheSpecNeverLanded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantNothingOnSpec(t, "the next container", next)
+	told := parseApplied(next.GetAnnotations()[outcome.AnnotationInjected])
 	for k, v := range want {
-		if got := next.GetLinux().GetSysctl()[k]; got != v {
-			t.Errorf("the next container's %s = %q, want %q (not left to another writer)", k, got, v)
+		if got := told[k]; got != v {
+			t.Errorf("the next container is told %s = %q, want %q (not left to another writer)", k, got, v)
 		}
 	}
 }
@@ -484,54 +496,56 @@ func TestConvergeWritesWhereTheSpecNeverLanded(t *testing.T) {
 // sysctls written by runc when it starts, which can be after its pod
 // converged: its older value is the plugin's own, not another writer's,
 // and a pass when no such container can land any more (specLanding,
-// asked for by the pass) writes the pod again. A container decided after
-// the pass carries the new value. Likewise for a key that left the
-// config: put back again, and forgotten only once nothing can land.
+// asked for by the pass) writes the pod again. Likewise for a key that
+// left the config: put back again, and forgotten only once nothing can
+// land. Only containers decided before the pod's values were in place
+// carry any (podRecord.inPlace): one decided after the pass carries none.
 func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 	const key = "net.ipv4.tcp_keepalive_time"
 	const before, after = "mode: spec\nsysctls:\n  " + key + ": 600\n", "mode: spec\nsysctls:\n  " + key + ": 650\n"
 	p, ns := newConvergeTest(t, before, t.TempDir(), nil)
 	pod := synchronizedPod(t, p, "race")
 	step := passWrites(t, p, ns)
-	create := func(name string) string {
+	create := func(name string) *api.ContainerAdjustment {
 		t.Helper()
-		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: name})
+		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Id: name, Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return adj.GetLinux().GetSysctl()[key]
+		return adj
 	}
 	retryAsked := func() bool {
 		asked := p.convergeRetry != nil && p.convergeRetry.Stop()
 		p.convergeRetry = nil
 		return asked
 	}
+	// Two containers decided before anything is in place: each carries 600.
+	for _, name := range []string{"starts-after-a-reload", "starts-after-a-removal"} {
+		if got := create(name).GetLinux().GetSysctl()[key]; got != "600" {
+			t.Fatalf("%s: spec %q, want 600", name, got)
+		}
+	}
 	step("first pass", key+"=600")
 	if retryAsked() {
 		t.Error("a later pass asked for with no container decided under another config")
-	}
-	if got := create("decided-before"); got != "600" {
-		t.Fatalf("container before the reload: spec %q, want 600", got)
 	}
 
 	reload(t, p, after)
 	step("reload 600 -> 650", key+"=650")
 	if !retryAsked() {
-		t.Error("no later pass asked for, while the container decided under 600 may still start")
+		t.Error("no later pass asked for, while the containers decided under 600 may still start")
 	}
-	ns.set(key, "600") // runc starts it after the pass
+	ns.set(key, "600") // runc starts the first after the pass
 	step("the pass asked for", key+"=650")
-	if got := create("decided-after"); got != "650" {
-		t.Errorf("container after the pass: spec %q, want 650", got)
-	}
+	wantNothingOnSpec(t, "container after the pass", create("decided-after"))
 	ns.set(key, "900") // another writer's value is still left alone
 	step("another writer", "")
 	ns.set(key, "650")
 
-	// The key leaves the config while a container decided under 650 may land.
+	// The key leaves the config while the second may still land.
 	reload(t, p, "mode: spec\nsysctls:\n  net.ipv4.tcp_keepalive_intvl: 60\n")
 	step("key removed", "net.ipv4.tcp_keepalive_intvl=60,"+key+"=7200")
-	ns.set(key, "650") // the container decided under 650 starts
+	ns.set(key, "600") // the second starts
 	step("the pass after it landed", key+"=7200")
 	// Nothing can land any more: the key is forgotten, and a value set
 	// later is nobody's business of the plugin.
@@ -547,21 +561,21 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 }
 
 // Containers created while a reload converges their pod, each landing
-// its spec's value a moment after its decision as runc would, half of
-// them only after the pass: once they have all started, a pass leaves the
-// pod at the new value, whichever order the decisions, the pass and the
-// landings took.
+// what its spec carries a moment after its decision as runc would, half
+// of them only after the pass: once they have all started, a pass leaves
+// the pod at the new value, whichever order the decisions, the pass and
+// the landings took.
 func TestConvergeWithContainersStartingMeanwhile(t *testing.T) {
 	const key = "net.ipv4.tcp_keepalive_time"
 	for round := range 20 {
 		p, ns := newConvergeTest(t, "mode: spec\nsysctls:\n  "+key+": 600\n", t.TempDir(), nil)
 		pod := synchronizedPod(t, p, "busy")
-		p.convergePass(context.Background())
 		var wg sync.WaitGroup
 		passed := make(chan struct{})
 		for i := range 4 {
 			wg.Go(func() {
-				adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Name: fmt.Sprint("c", i)})
+				ctr := &api.Container{Id: fmt.Sprint("c", i), Name: fmt.Sprint("c", i)}
+				adj, _, err := p.CreateContainer(context.Background(), pod, ctr)
 				if err != nil {
 					t.Error(err)
 					return
@@ -570,7 +584,12 @@ func TestConvergeWithContainersStartingMeanwhile(t *testing.T) {
 					<-passed // starts only after the pass
 				}
 				time.Sleep(time.Duration(i*round%7) * 100 * time.Microsecond)
-				ns.set(key, adj.GetLinux().GetSysctl()[key]) // runc starts it
+				if v, ok := adj.GetLinux().GetSysctl()[key]; ok {
+					ns.set(key, v) // runc starts it
+				}
+				if err := p.StartContainer(context.Background(), pod, ctr); err != nil {
+					t.Error(err)
+				}
 			})
 		}
 		reload(t, p, "mode: spec\nsysctls:\n  "+key+": 650\n")
@@ -732,7 +751,7 @@ func TestValuesBeforeOnlyUntilTheFirstAnswer(t *testing.T) {
 		t.Fatalf("read before any answer: kept %q, want 7200", got)
 	}
 	late := &podRecord{}
-	late.noteSetOnSpec([]sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", "600")})
+	late.noteSetOnSpec("c0", []sysctl.Sysctl{sysctl.New("net.ipv4.tcp_keepalive_time", "600")})
 	late.noteBefore(map[string]string{"net.ipv4.tcp_keepalive_time": "600"})
 	if got := late.valuesBefore(); got != nil {
 		t.Errorf("read after the pod's first answer: kept %v, want nothing", got)
@@ -790,5 +809,71 @@ func TestConvergePassRestsBetweenPods(t *testing.T) {
 	p.convergePass(context.Background())
 	if want := []time.Duration{6 * time.Millisecond}; fmt.Sprint(rests) != fmt.Sprint(want) {
 		t.Errorf("rests %v in a pass over %d pods, want %v", rests, len(pods), want)
+	}
+}
+
+// Once a pod's values are in place (a container that carried them
+// started, a pass brought the pod to its config, or the pod had
+// containers when the plugin first saw it), the create path writes
+// nothing into it in either mode: a value another writer set since is
+// not overwritten by a container that cannot read it; the pass, which
+// reads first, leaves it. A container told what it has names the key
+// left to convergence.
+func TestContainersOfAPodInPlaceWriteNothing(t *testing.T) {
+	const key, other = "net.ipv4.tcp_keepalive_intvl", "41"
+	create := func(t *testing.T, p *plugin, pod *api.PodSandbox, id string) *api.ContainerAdjustment {
+		t.Helper()
+		adj, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Id: id, Name: id, PodSandboxId: pod.GetId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return adj
+	}
+	t.Run("spec, created under the plugin", func(t *testing.T) {
+		p, ns := newConvergeTest(t, "mode: spec\n"+testConfig, t.TempDir(), nil)
+		pod := synchronizedPod(t, p, "spec-created")
+		first := create(t, p, pod, "c0")
+		if first.GetLinux().GetSysctl()[key] == "" {
+			t.Fatalf("first container's spec lacks %s: the case is not exercised", key)
+		}
+		// Decided before the first started: nothing is in place yet.
+		if got := create(t, p, pod, "c1").GetLinux().GetSysctl()[key]; got == "" {
+			t.Errorf("a container decided before the first started carries no %s", key)
+		}
+		if err := p.StartContainer(context.Background(), pod, &api.Container{Id: "c0", PodSandboxId: pod.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		ns.set(key, other)
+		wantNothingOnSpec(t, "a container after the first started", create(t, p, pod, "c2"))
+		p.convergePass(context.Background())
+		if ns.get(key) != other {
+			t.Errorf("another writer's %s=%s overwritten by the pass: %s", key, other, ns.get(key))
+		}
+	})
+	for _, mode := range []string{"spec", "namespace"} {
+		t.Run(mode+", listed at Synchronize with a container", func(t *testing.T) {
+			p, ns := newConvergeTest(t, "mode: "+mode+"\n"+testConfig, t.TempDir(), nil)
+			pod := runningPod("listed", "network", "ipc", "uts")
+			ctr := &api.Container{Id: "init", Name: "init", PodSandboxId: pod.GetId()}
+			if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, []*api.Container{ctr}); err != nil {
+				t.Fatal(err)
+			}
+			ns.set(key, other) // a privileged init container's, before the plugin
+			adj := create(t, p, pod, "app")
+			wantNothingOnSpec(t, "the pod's next container", adj)
+			if got := ns.takeWrites(); got != "" {
+				t.Errorf("the create path wrote %q into a pod it first saw with a container", got)
+			}
+			if got := adj.GetAnnotations()[outcome.AnnotationSkipped]; !strings.Contains(got, key+" ("+policy.SkipConvergence.String()) {
+				t.Errorf("skipped annotation %q does not leave %s to convergence", got, key)
+			}
+			p.convergePass(context.Background())
+			if ns.get(key) != other {
+				t.Errorf("another writer's %s=%s overwritten by the pass: %s", key, other, ns.get(key))
+			}
+			if got := ns.get("net.ipv4.tcp_keepalive_time"); got == kernelDefaults()["net.ipv4.tcp_keepalive_time"] {
+				t.Errorf("the pass left tcp_keepalive_time at a fresh namespace's %s", got)
+			}
+		})
 	}
 }

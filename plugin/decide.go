@@ -55,6 +55,9 @@ func (p *plugin) decideInNamespaceMode(ctx context.Context, rec *podRecord) cont
 	for _, e := range errs {
 		skipped = append(skipped, policy.SkipWriteFailed.Skip(e.Key, ": "+e.Err.Error()))
 	}
+	if rec.valuesInPlace() {
+		written, skipped = rec.placedOnly(d.Apply, skipped)
+	}
 	got := appliedOrNothing(written)
 	if state == writeFailed {
 		got = outcome.WriteFailed
@@ -199,10 +202,15 @@ func (p *plugin) decideInSpecMode(ctx context.Context, rec *podRecord, ctr *api.
 	if !ok {
 		return containerResult{outcome: outcome.LookupFailed}
 	}
+	if rec.valuesInPlace() {
+		// Nothing on the spec: what the pod holds is told, not written.
+		applied, skipped := rec.placedOnly(d.Apply, d.Skipped)
+		return containerResult{outcome: appliedOrNothing(applied), applied: applied, skipped: skipped}
+	}
 	if len(rec.leftToOther) > 0 {
 		d.Apply, d.Skipped = leaveToOthers(d.Apply, d.Skipped, rec.leftToOther)
 	}
-	rec.noteSetOnSpec(d.Apply)
+	rec.noteSetOnSpec(ctr.GetId(), d.Apply)
 	if len(d.Apply) > 0 {
 		p.noteSet(rec)
 	}

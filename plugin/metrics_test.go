@@ -380,7 +380,7 @@ func TestContainerOutcomeCountsOnlyItsOwnLabel(t *testing.T) {
 
 // The skip metric's labels are the codes' table, in the order of the codes.
 func TestSkipCodeLabels(t *testing.T) {
-	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed", "profile_unknown", "profile_not_allowed", "profiles_refused"}
+	want := []string{"host_namespace", "pod_own", "existing", "user_namespace", "write_failed", "convergence", "profile_unknown", "profile_not_allowed", "profiles_refused"}
 	var got []string
 	for c := range policy.SkipCode(policy.NumSkipCodes) {
 		got = append(got, c.Label())

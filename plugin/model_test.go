@@ -55,11 +55,11 @@ var (
 
 const modelExcluded = "excluded"
 
-// pendingSpec is the sysctls on a container's spec, and how many passes
-// it has waited through.
+// pendingSpec is a container not started yet, and the sysctls on its
+// spec.
 type pendingSpec struct {
+	ctr     *api.Container
 	sysctls map[string]string
-	passes  int
 }
 
 type modelPod struct {
@@ -72,14 +72,14 @@ type modelPod struct {
 	// pending is the specs of containers not started yet.
 	pending []pendingSpec
 	ctrs    []*api.Container
+	// started counts its containers that started.
+	started int
 	// lost: the plugin restarted without its state since it set values
 	// in the pod; it may take its own for another writer's, so only
 	// safety is checked.
 	lost bool
 	// landedSincePass: a late spec landed after the last pass.
 	landedSincePass bool
-	// otherSincePass: another writer wrote after the last pass.
-	otherSincePass bool
 }
 
 // modelKernel is the pods' namespaces ("model:<pod>/<kind>"), each a
@@ -198,8 +198,6 @@ type modelMachine struct {
 	exclude  bool
 	nextPod  int
 	tmp      func() string
-	// passed: a pass has run since the plugin started.
-	passed bool
 }
 
 func (m *modelMachine) configText() string {
@@ -243,7 +241,7 @@ func (m *modelMachine) start(t *rapid.T) {
 	// The worker's rests are time, not behaviour (Pass).
 	p.convergePace.sleep = func(time.Duration) {}
 	p.openPodState(m.stateDir)
-	m.p, m.passed = p, false
+	m.p = p
 	var pods []*api.PodSandbox
 	var ctrs []*api.Container
 	for _, id := range slices.Sorted(maps.Keys(m.kernel.pods)) {
@@ -315,15 +313,7 @@ func (m *modelMachine) CreateContainer(t *rapid.T) {
 	if len(ids) == 0 {
 		t.Skip("no running pod")
 	}
-	pod := m.kernel.pods[rapid.SampledFrom(ids).Draw(t, "pod")]
-	if len(pod.other) > 0 && (pod.otherSincePass || !m.passed) {
-		// Not stopped yet (docs/security.md): a container decided before
-		// a pass has seen another writer's value carries the plugin's
-		// (spec mode), or has it written (namespace mode, a pod the
-		// plugin has not written since it started).
-		t.Skip("another writer's value the plugin has not seen yet")
-	}
-	m.createContainer(t, pod)
+	m.createContainer(t, m.kernel.pods[rapid.SampledFrom(ids).Draw(t, "pod")])
 }
 
 func (m *modelMachine) createContainer(t *rapid.T, pod *modelPod) {
@@ -335,7 +325,18 @@ func (m *modelMachine) createContainer(t *rapid.T, pod *modelPod) {
 	ctr.Annotations = adj.GetAnnotations()
 	pod.ctrs = append(pod.ctrs, ctr)
 	if spec := adj.GetLinux().GetSysctl(); len(spec) > 0 {
-		pod.pending = append(pod.pending, pendingSpec{sysctls: spec})
+		pod.pending = append(pod.pending, pendingSpec{ctr: ctr, sysctls: spec})
+		return
+	}
+	m.startContainer(t, pod, ctr)
+}
+
+// startContainer tells the plugin that the container started, as the
+// runtime does once runc has made it.
+func (m *modelMachine) startContainer(t *rapid.T, pod *modelPod, ctr *api.Container) {
+	pod.started++
+	if err := m.p.StartContainer(context.Background(), pod.sb, ctr); err != nil {
+		t.Fatalf("StartContainer: %v", err)
 	}
 }
 
@@ -352,11 +353,19 @@ func (m *modelMachine) LandSpec(t *rapid.T) {
 		t.Skip("nothing to land")
 	}
 	pod := m.kernel.pods[rapid.SampledFrom(ids).Draw(t, "pod")]
-	spec := pod.pending[0].sysctls
+	landing := pod.pending[0]
+	spec := landing.sysctls
 	pod.pending = pod.pending[1:]
 	if rapid.Bool().Draw(t, "creationFailed") {
 		return
 	}
+	m.land(pod, spec)
+	m.startContainer(t, pod, landing.ctr)
+}
+
+// land is runc writing a spec's sysctls into the pod as it makes the
+// container.
+func (m *modelMachine) land(pod *modelPod, spec map[string]string) {
 	m.kernel.mu.Lock()
 	defer m.kernel.mu.Unlock()
 	target := m.kernel.target(pod.sb)
@@ -372,14 +381,15 @@ func (m *modelMachine) LandSpec(t *rapid.T) {
 	pod.landedSincePass = true
 }
 
-// OtherWrites: a privileged container or an operator sets a key the pod
-// does not set itself.
+// OtherWrites: a privileged container of the pod, or an operator acting
+// on its running containers, sets a key the pod does not set itself.
 func (m *modelMachine) OtherWrites(t *rapid.T) {
 	var ids []string
 	for _, id := range m.runningPods() {
 		// A spec answered before the write lands the plugin's value over
-		// it; runc does that, whatever the plugin knows.
-		if len(m.kernel.pods[id].pending) == 0 {
+		// it; runc does that, whatever the plugin knows. A pod none of
+		// whose containers started has nobody in it to write.
+		if pod := m.kernel.pods[id]; len(pod.pending) == 0 && pod.started > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -400,7 +410,6 @@ func (m *modelMachine) OtherWrites(t *rapid.T) {
 	v := rapid.SampledFrom(otherValues).Draw(t, "value")
 	m.kernel.ns[name][key] = v
 	pod.other[key] = v
-	pod.otherSincePass = true
 }
 
 // StopPod stops a running pod, as kubelet stops a finished Job's.
@@ -494,19 +503,12 @@ func (m *modelMachine) Pass(t *rapid.T) {
 	m.p.keepSetPods()
 	m.p.convergePass(context.Background())
 	m.checkConverged(t)
-	m.passed = true
+	// A spec may land after any number of passes. Not modelled: one
+	// that lands more than specLanding after its decision (a sequence
+	// here takes less), which the plugin takes for another writer's
+	// (docs/security.md).
 	for _, pod := range m.kernel.pods {
-		pod.landedSincePass, pod.otherSincePass = false, false
-		// Not stopped yet (docs/security.md): a spec that lands after a
-		// second pass is not known as the plugin's. Such a container's
-		// creation fails here instead.
-		var waiting []pendingSpec
-		for _, ps := range pod.pending {
-			if ps.passes++; ps.passes < 2 {
-				waiting = append(waiting, ps)
-			}
-		}
-		pod.pending = waiting
+		pod.landedSincePass = false
 	}
 }
 

@@ -47,7 +47,7 @@ func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion 
 		return 0, err
 	}
 	p.meter.Load().connected(true)
-	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "StopPodSandbox", "RemovePodSandbox"), nil
+	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox", "RemovePodSandbox"), nil
 }
 
 // Synchronize counts running containers that lack the defaults: created
@@ -70,7 +70,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	missing := lackingDefaults(p.current.Load().policy, byID, ctrs)
 	p.meter.Load().synchronizedWith(missing)
 	if len(missing) > 0 {
-		then := "they get them when their pod creates its next container (runningPods: keep)"
+		then := "their pods keep what they have (runningPods: keep)"
 		if p.runningPods(p.current.Load().cfg) != config.RunningPodsKeep {
 			then = "their pods converge now (runningPods: converge)"
 		}
@@ -144,6 +144,23 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return p.decideContainer(ctx, rec, ctr)
 	})
 	return p.finish(rec, ctr, d)
+}
+
+// StartContainer: the runtime has made the container's task, so runc
+// has written what its spec carried into the pod. If that was the
+// plugin's values (spec mode), they are in place, and the pod's later
+// containers carry none (podRecord.inPlace).
+func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	if !p.requests.enter() {
+		// Leaving: the connection closes while this waits (leave.go).
+		p.requests.offerClose(p.requestTimeout())
+		return nil
+	}
+	defer p.requests.done()
+	if rec := p.records.find(pod.GetId()); rec != nil {
+		rec.started(ctr.GetId())
+	}
+	return nil
 }
 
 // StopPodSandbox lets the pod's sandbox process go and leaves the pod out

@@ -63,6 +63,19 @@ type podRecord struct {
 	// running pod; its next container's spec leaves them out, so that
 	// runc does not overwrite them. Fixed when the record is made.
 	leftToOther map[string]bool
+	// inPlace: the pod's namespaces hold what the plugin gives it, as far
+	// as it knows: a container whose spec carried the plugin's values has
+	// started (runc wrote them), a convergence read and brought the pod
+	// to its config, or the pod already had containers when the plugin
+	// first saw it (Synchronize). From then on the create path writes
+	// nothing into the pod, in either mode: a value another writer set
+	// since is not overwritten by a container it cannot read; only a
+	// convergence, which reads first, changes the pod.
+	inPlace bool
+	// carried (spec mode): the containers whose spec carried the
+	// plugin's values and that have not started yet, at most maxCarried
+	// (the newest); one that starts puts the pod's values in place.
+	carried []string
 	// specLandsBy (spec mode; guarded by podRecords.mu, not mu): until
 	// then a container decided from this record may still have runc
 	// write its spec's sysctls into the pod (specLanding).
@@ -331,11 +344,71 @@ func (r *podRecord) noteConverged(written []sysctl.Sysctl) {
 }
 
 // noteSetOnSpec keeps what the plugin put on a container's spec (spec
-// mode).
-func (r *podRecord) noteSetOnSpec(applied []sysctl.Sysctl) {
+// mode), and the container, so that its start puts the values in place.
+func (r *podRecord) noteSetOnSpec(ctrID string, applied []sysctl.Sysctl) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.written, r.answered = applied, true
-	r.mu.Unlock()
+	if len(applied) == 0 {
+		return
+	}
+	if len(r.carried) == maxCarried {
+		r.carried = r.carried[1:] // the oldest: it then never counts
+	}
+	r.carried = append(r.carried, ctrID)
+}
+
+// maxCarried bounds the containers a record keeps as carrying the
+// plugin's values: kubelet starts a pod's containers one at a time, so
+// more than a few in flight is a pod author's doing. One dropped only
+// leaves the pod's values not yet in place.
+const maxCarried = 8
+
+// started notes that a container of the pod started: runc has written
+// what its spec carried, so if it carried the plugin's values, they are
+// in place.
+func (r *podRecord) started(ctrID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.Index(r.carried, ctrID); i >= 0 {
+		r.carried = slices.Delete(r.carried, i, i+1)
+		r.inPlace = true
+	}
+}
+
+// carriedSpecs is a copy of carried, for the record that replaces r.
+func (r *podRecord) carriedSpecs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.carried)
+}
+
+// valuesInPlace tells whether the pod's values are in place (inPlace).
+func (r *podRecord) valuesInPlace() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inPlace
+}
+
+// placedOnly is what a container of a pod whose values are in place is
+// told it has: the keys of apply the plugin set in the pod at the same
+// value; the rest skipped, for a convergence to set (or, when another
+// writer set them, to leave).
+func (r *podRecord) placedOnly(apply []sysctl.Sysctl, skipped []policy.Skipped) ([]sysctl.Sysctl, []policy.Skipped) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := make([]sysctl.Sysctl, 0, len(apply))
+	for _, s := range apply {
+		switch {
+		case r.leftToOther[s.Key()]:
+			skipped = append(skipped, policy.SkipExisting.Skip(s.Key(), ": set in the running pod by another writer"))
+		case slices.Contains(r.written, s):
+			kept = append(kept, s)
+		default:
+			skipped = append(skipped, policy.SkipConvergence.Skip(s.Key(), ""))
+		}
+	}
+	return kept, skipped
 }
 
 // noteBefore keeps values read in the pod as its values before the
@@ -460,7 +533,16 @@ func (s *podRecords) replace(old, next *podRecord, now, mark time.Time) (swapped
 		for _, l := range slices.Concat(old.landing, []*podRecord{old}) {
 			// Only the worker reads a record's landing: it moves here.
 			l.landing = nil
-			if l.cfg == next.cfg || !l.specLandsBy.After(now) {
+			if !l.specLandsBy.After(now) {
+				continue
+			}
+			if l.cfg == next.cfg {
+				// Its containers carry next's values: they land as
+				// next's would, and land older ones once next is
+				// replaced under another config.
+				if l.specLandsBy.After(next.specLandsBy) {
+					next.specLandsBy = l.specLandsBy
+				}
 				continue
 			}
 			if len(next.landing) == maxLanding {

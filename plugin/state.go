@@ -205,18 +205,26 @@ func (p *plugin) lookupReady(ctx context.Context) (bool, string) {
 // record returns the pod's record, made with the config and mode in force
 // when the pod is first seen.
 func (p *plugin) record(pod *api.PodSandbox) *podRecord {
-	return p.records.get(pod.GetId(), func() *podRecord {
-		return newPodRecord(p.current.Load(), pod)
-	})
+	return p.records.get(pod.GetId(), func() *podRecord { return p.newRecord(pod) })
+}
+
+// newRecord is the record of a pod first seen now. A pod that had
+// containers when the plugin first saw it has its values in place
+// (podRecord.inPlace): whatever it holds, someone may have set it, so
+// only a convergence, reading first, writes into it.
+func (p *plugin) newRecord(pod *api.PodSandbox) *podRecord {
+	rec := newPodRecord(p.current.Load(), pod)
+	if p.running.listedWithContainers(pod.GetId()) {
+		rec.inPlace, rec.writes = true, writeDone
+	}
+	return rec
 }
 
 // recordForContainer is record for a container's decision: a spec-mode
 // record is marked as one whose values may land in the pod for
 // specLanding from now (podRecords.getForContainer).
 func (p *plugin) recordForContainer(pod *api.PodSandbox) *podRecord {
-	return p.records.getForContainer(pod.GetId(), func() *podRecord {
-		return newPodRecord(p.current.Load(), pod)
-	}, time.Now().Add(specLanding))
+	return p.records.getForContainer(pod.GetId(), func() *podRecord { return p.newRecord(pod) }, time.Now().Add(specLanding))
 }
 
 // podLog carries the pod's identity on every line about it.

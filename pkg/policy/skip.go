@@ -21,6 +21,11 @@ const (
 	// SkipWriteFailed: namespace mode could not write the key into the
 	// pod's namespaces. The writer reports it; Decide never does.
 	SkipWriteFailed
+	// SkipConvergence: the pod's values were in place before the
+	// container (podRecord.inPlace), and the plugin has not set this one
+	// there: only a convergence, which reads the pod first, may. The
+	// plugin reports it; Decide never does.
+	SkipConvergence
 	// SkipProfileUnknown: the pod asked for a profile the config lacks.
 	// Its Skipped.Key is ProfileKeyPrefix and the name, not a sysctl.
 	SkipProfileUnknown
@@ -45,6 +50,7 @@ var skipCodes = [NumSkipCodes]struct{ label, text string }{
 	SkipExisting:          {"existing", "already set on the container (runtime or another plugin)"},
 	SkipUserNamespace:     {"user_namespace", "cannot be set in the pod's user namespace"},
 	SkipWriteFailed:       {"write_failed", "write failed"},
+	SkipConvergence:       {"convergence", "left to convergence: the pod was running before the container"},
 	SkipProfileUnknown:    {"profile_unknown", "no such profile"},
 	SkipProfileNotAllowed: {"profile_not_allowed", "not allowed"},
 	SkipProfilesRefused:   {"profiles_refused", "no profile applied: the annotation"},

@@ -172,11 +172,14 @@ func TestConvergeContainerStartedAfterAReload(t *testing.T) {
 	hostBefore := hostSysctl(t, key)
 	plugin := startPlugin(t, "sysctls:\n  "+key+": \"600\"\n", "--pod-state-dir", filepath.Join(t.TempDir(), "pods"))
 	pod := runPod(t, PodSpec{Name: "late-start", Namespace: "e2e-converge-late"})
-	first := runContainer(t, pod, "app")
+	// Both decided under 600 before either starts: once one has started,
+	// the pod's values are in place and a later container carries none.
+	first := createContainer(t, pod, "app")
+	late := createContainer(t, pod, "late")
+	startContainer(t, first)
 	if got := readSysctl(t, first, key); got != "600" {
 		t.Fatalf("first container: %s=%s, want 600", key, got)
 	}
-	late := createContainer(t, pod, "late") // decided now, under 600
 
 	rewriteConfig(t, plugin.configPath, "sysctls:\n  "+key+": \"650\"\n")
 	sighup(t, plugin)
@@ -331,6 +334,45 @@ func TestConvergeFirstWriteKeepsAnEarlierWriter(t *testing.T) {
 	for key, want := range map[string]string{"net.ipv4.tcp_keepalive_probes": earlierAtReload, "net.core.somaxconn": earlier} {
 		if got := readSysctl(t, ctr, key); got != want {
 			t.Errorf("after a reload adding it, an earlier writer's %s = %s, want %s kept", key, got, want)
+		}
+	}
+}
+
+// TestNextContainerKeepsAnotherWritersValue: once a pod's values are in
+// place, its later containers write nothing into it, so a value another
+// writer set since survives them: set after the pod's first container
+// (spec mode's next spec would carry the plugin's over it), and set after
+// a restart of the plugin with runningPods: keep (namespace mode's next
+// container would write every key into a pod it had not written since
+// it started). Values are read inside the containers.
+func TestNextContainerKeepsAnotherWritersValue(t *testing.T) {
+	const space, key = "e2e-next-container", "net.core.somaxconn"
+	c := getCluster(t)
+	stateDir := filepath.Join(t.TempDir(), "pods")
+	cfg := defaultsYAML(nodeDefaults)
+	first := startPlugin(t, cfg, "--pod-state-dir", stateDir)
+	pod := runPod(t, PodSpec{Name: "in-place", Namespace: space})
+	app := runContainer(t, pod, "app")
+	if got := readSysctl(t, app, key); got != nodeDefaults[key] {
+		t.Fatalf("first container: %s=%s, want the default %s (else this case is not exercised)", key, got, nodeDefaults[key])
+	}
+	for i, step := range []struct{ what, value string }{
+		{"another writer after the first container", "3001"},
+		{"another writer after a restart with runningPods: keep", "3002"},
+	} {
+		if i == 1 {
+			first.stop()
+			startPlugin(t, cfg, "--pod-state-dir", stateDir, "--running-pods", "keep")
+		}
+		setInPod(t, c, pod, key, step.value)
+		next := runContainer(t, pod, fmt.Sprint("next-", i))
+		for name, id := range map[string]string{"the next container": next, "the first container": app} {
+			if got := readSysctl(t, id, key); got != step.value {
+				t.Errorf("%s: %s reads %s=%s, want %s kept", step.what, name, key, got, step.value)
+			}
+		}
+		if got := readSysctl(t, next, "net.ipv4.tcp_keepalive_time"); got != nodeDefaults["net.ipv4.tcp_keepalive_time"] {
+			t.Errorf("%s: the next container reads tcp_keepalive_time=%s, want %s", step.what, got, nodeDefaults["net.ipv4.tcp_keepalive_time"])
 		}
 	}
 }

@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,11 +100,13 @@ func lineWith(text, s string) string {
 }
 
 // TestPodStartedWhilePluginDownIsHealed: a pod (and its first container)
-// created while the plugin is down gets the defaults when its next
-// container is created after the plugin is back: in spec mode runc writes
-// them, in namespace mode the plugin does. Both containers see them (they
-// share the pod's namespaces); the pod's own value stays; an excluded pod
-// and a hostNetwork pod are still left alone.
+// created while the plugin is down gets the defaults once the plugin is
+// back, from the convergence after its registration (runningPods:
+// converge, the default): the create path, which cannot read the pod
+// first, writes nothing into a pod that had containers when the plugin
+// first saw it. Its next container and the first see them (they share
+// the pod's namespaces); the pod's own value stays; an excluded pod and a
+// hostNetwork pod are still left alone.
 func TestPodStartedWhilePluginDownIsHealed(t *testing.T) {
 	c := getCluster(t)
 	hostLock.hold(t, false) // compares the host's values (hostlock_test.go)
@@ -126,22 +129,25 @@ func TestPodStartedWhilePluginDownIsHealed(t *testing.T) {
 	}
 
 	startPlugin(t, cfg)
+	want := map[*Pod]map[string]string{
+		plain:    nodeDefaults,
+		own:      with(nodeDefaults, "net.ipv4.tcp_keepalive_intvl", "33"),
+		excluded: only(c.kernel, keys...),
+		hostNet:  with(only(hostBefore, keys...), "kernel.msgmax", nodeDefaults["kernel.msgmax"]),
+	}
+	waitUntil(t, 20*time.Second, "the pods to converge", func() (bool, string) {
+		for pod, w := range want {
+			if got := readSysctls(t, first[pod], keys...); !mapsEqualOn(got, w, keys) {
+				return false, fmt.Sprintf("%s: %v, want %v", pod.Spec.Name, got, w)
+			}
+		}
+		return true, ""
+	})
 	for _, pod := range []*Pod{plain, own, excluded, hostNet} {
 		second := runContainer(t, pod, "second")
 		name := pod.Spec.Name
-		var want map[string]string
-		switch pod {
-		case plain:
-			want = nodeDefaults
-		case own:
-			want = with(nodeDefaults, "net.ipv4.tcp_keepalive_intvl", "33")
-		case excluded:
-			want = only(c.kernel, keys...)
-		case hostNet:
-			want = with(only(hostBefore, keys...), "kernel.msgmax", nodeDefaults["kernel.msgmax"])
-		}
-		wantSysctls(t, name+" pod, second container", readSysctls(t, second, keys...), want)
-		wantSysctls(t, name+" pod, first container (same namespaces)", readSysctls(t, first[pod], keys...), want)
+		wantSysctls(t, name+" pod, second container", readSysctls(t, second, keys...), want[pod])
+		wantSysctls(t, name+" pod, first container (same namespaces)", readSysctls(t, first[pod], keys...), want[pod])
 	}
 	for _, k := range keys {
 		if got := hostSysctl(t, k); got != hostBefore[k] {
