@@ -504,7 +504,11 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 		// annotations say: no longer lacking (Synchronize's count).
 		p.meter.Load().podHealed(rec.id)
 	}
-	next.noteConverged(wantedLive(readable, memory))
+	planned := make([]string, len(readable))
+	for i, k := range readable {
+		planned[i] = k.Name
+	}
+	next.noteConverged(planned, wantedLive(readable, memory))
 	return next.landingWait()
 }
 

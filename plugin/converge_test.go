@@ -170,7 +170,7 @@ func reload(t testing.TB, p *plugin, text string) {
 	p.setConfig(cfg)
 }
 
-// Issue 35: a pod running before the plugin's first start gets the
+// A pod running before the plugin's first start gets the
 // defaults without a restart; a reload reaches it; a key that leaves the
 // config goes back to its value before the plugin's first write; a value
 // another writer set stays, also after the plugin restarts; the pod's own
@@ -875,5 +875,37 @@ func TestContainersOfAPodInPlaceWriteNothing(t *testing.T) {
 				t.Errorf("the pass left tcp_keepalive_time at a fresh namespace's %s", got)
 			}
 		})
+	}
+}
+
+// A key put back once it left the config is no longer the plugin's in the
+// pod's record either: when it comes back to the config, the next first
+// write records its value before, so that after a restart the key, out
+// of the config again, goes back to it. (The model found the record
+// bringing the key back as the plugin's where the pod's state held
+// nothing, and the state never learning its value before.)
+func TestKeyPutBackIsForgottenByTheRecordToo(t *testing.T) {
+	const withKey, without = "mode: spec\nsysctls:\n  kernel.msgmax: 600\n  net.core.somaxconn: 600\n", "mode: spec\nsysctls:\n  net.core.somaxconn: 600\n"
+	dir := t.TempDir()
+	p, ns := newConvergeTest(t, withKey, dir, nil)
+	pod := runningPod("host-net", "ipc", "uts") // the net key is the host's: the pod's state holds msgmax alone
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	step := passWrites(t, p, ns)
+	step("first pass", "kernel.msgmax=600")
+	reload(t, p, without)
+	step("the key leaves the config", "kernel.msgmax=8192")
+	reload(t, p, withKey)
+	step("the key comes back", "kernel.msgmax=600")
+
+	q, _ := newConvergeTest(t, without, dir, nil)
+	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
+	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	q.convergePass(context.Background())
+	if got := ns.takeWrites(); got != "kernel.msgmax=8192" {
+		t.Errorf("after a restart with the key out of the config: wrote %q, want kernel.msgmax=8192", got)
 	}
 }

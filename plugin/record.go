@@ -330,13 +330,16 @@ func (r *podRecord) landingWait() time.Duration {
 
 // noteConverged keeps what a convergence left set by the plugin in the
 // pod, over what the record held of the same keys (a container decided
-// from it meanwhile, or the record it replaced).
-func (r *podRecord) noteConverged(written []sysctl.Sysctl) {
+// from it meanwhile, or the record it replaced). A key the pass planned
+// and does not leave set (put back, forgotten, left to another writer)
+// is no longer the plugin's: kept, it would come back as the plugin's
+// from the record where the pod's state holds nothing.
+func (r *podRecord) noteConverged(planned []string, written []sysctl.Sysctl) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	merged := append([]sysctl.Sysctl(nil), written...)
 	for _, s := range r.written {
-		if !hasKey(written, s.Key()) {
+		if !hasKey(written, s.Key()) && !slices.Contains(planned, s.Key()) {
 			merged = append(merged, s)
 		}
 	}
