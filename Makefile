@@ -400,7 +400,7 @@ bench: build
 ## bench-smoke: a 10-pod create-path benchmark that checks the benchmark works
 ## (every nri-sysctl pod got its defaults, a report was written); no timing
 ## checks. Then the metrics listener under 10,000 idle connections: peak RSS
-## under 32 MiB and /healthz within 1 s (issue 23).
+## under 32 MiB and /healthz within 1 s.
 bench-smoke: build
 	NRI_SYSCTL_BENCH=1 NRI_SYSCTL_BENCH_PODS=10 $(GO) test -count=1 -timeout 10m -v -run '^TestBenchCreatePath$$' ./test/e2e/
 	NRI_SYSCTL_BENCH=1 $(GO) test -count=1 -timeout 5m -v -run '^TestBenchIdleConnections$$' ./test/e2e/
@@ -419,7 +419,7 @@ soak: build
 
 ## bench-converge: with 200 pods running on containerd 2.4.2, the time from
 ## a reload to the last of them converged, and pod create+start while they
-## converge against idle, in alternating blocks (issue 35; docs/benchmarks.md).
+## converge against idle, in alternating blocks (docs/benchmarks.md).
 ## The per-pod cost against a minimal setns-and-write loop is the Go
 ## benchmark pair BenchmarkConvergeReload / BenchmarkConvergeMinimalLoop.
 ## BENCH_CONVERGE_TIMEOUT: raise it for a powered run (more blocks or pods).

@@ -17,7 +17,7 @@ import (
 )
 
 // convergeBenchPods is how many running pods the convergence benchmarks
-// bring to a new config (issue 35, item 4).
+// bring to a new config.
 const convergeBenchPods = 200
 
 // benchSandboxes starts n processes, each in its own network, IPC and UTS

@@ -29,7 +29,7 @@ func (f stuckFetcher) Fetch(context.Context, string) (podsysctl.PodSysctls, erro
 	return podsysctl.PodSysctls{}, errors.New("released")
 }
 
-// Issue 33: a decision that does not end by the runtime's deadline is
+// A decision that does not end by the runtime's deadline is
 // answered anyway, before the deadline: timed_out on a node that skips,
 // a refusal (retried by the kubelet) with onLookupError: fail.
 func TestCreateContainerAnswersWhateverDecideDoes(t *testing.T) {
@@ -69,7 +69,7 @@ func TestCreateContainerAnswersWhateverDecideDoes(t *testing.T) {
 	}
 }
 
-// Issue 33, item 3: with onLookupError: fail a pod that cannot be looked
+// With onLookupError: fail a pod that cannot be looked
 // up gets a refused container, not a bare one; the default keeps today's
 // behaviour (lookup_failed, created).
 func TestOnLookupError(t *testing.T) {
@@ -103,7 +103,7 @@ func TestOnLookupError(t *testing.T) {
 	}
 }
 
-// Issue 33: what the plugin writes on a container is bounded whatever the
+// What the plugin writes on a container is bounded whatever the
 // pod carries: a 256 KiB profiles annotation (the Kubernetes limit for
 // all of a pod's annotations) gets one short skip, and a config whose 300
 // keys all skip gets a skipped annotation cut at maxAnnotationBytes.

@@ -64,7 +64,7 @@ func TestNamespaceModeAnnotatesOnlyWhatWasWritten(t *testing.T) {
 	}
 }
 
-// Issue 17 (and finding 1): a pod whose RunPodSandbox the plugin missed gets
+// A pod whose RunPodSandbox the plugin missed gets
 // its sysctls written at its next container's creation, into its own
 // namespaces, and only then; excluded and host-namespace pods stay alone.
 func TestNamespaceModeHealsPodStartedWhileAway(t *testing.T) {

@@ -53,7 +53,7 @@ func TestRequestGate(t *testing.T) {
 			t.Fatal("leave did not return after every request returned")
 		}
 	})
-	// Soak finding (issue 33): a request that reaches the plugin while it
+	// Soak finding: a request that reaches the plugin while it
 	// lingers must be refused before the connection closes, not cut by
 	// the close; so the plugin closes only once requests stop coming.
 	t.Run("quiet waits while refused requests keep coming", func(t *testing.T) {

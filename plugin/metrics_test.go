@@ -401,7 +401,7 @@ func TestMetricsAddressFlag(t *testing.T) {
 	}
 }
 
-// Issue 21's safety net: a value that passed the probe but fails in a pod
+// The safety net behind the kernel check: a value that passed the probe but fails in a pod
 // (namespace mode, onError: fail) fails RunPodSandbox with the key, the
 // value and the errno, and is counted as a write_failed container (the pod
 // gets none) and a namespace write failure.
@@ -417,7 +417,7 @@ func TestMetricsCountFailedRunPodSandbox(t *testing.T) {
 		map[string]float64{"namespace_writes": 3, "namespace_write_failed": 1, "containers/write_failed": 1, "lookups": 1})
 }
 
-// Issue 23, finding 1: connections that send one request and then sit idle
+// Connections that send one request and then sit idle
 // were all kept (no idle timeout, no cap), so any pod could grow the plugin
 // until its memory limit killed it. Past the cap the oldest idle one is
 // shed, and /healthz still answers.

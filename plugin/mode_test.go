@@ -15,7 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// Issue 10: spec mode forced on a runtime whose NRI panics on sysctl
+// Spec mode forced on a runtime whose NRI panics on sysctl
 // adjustments fails the registration (and a reload asking for it is
 // rejected whole); auto mode picks namespace there.
 func TestForcedSpecModeRefusedOnCrashingRuntime(t *testing.T) {
@@ -40,7 +40,7 @@ func TestForcedSpecModeRefusedOnCrashingRuntime(t *testing.T) {
 	}
 }
 
-// Issue 10: the NRI version the stub infers for a runtime that reported
+// The NRI version the stub infers for a runtime that reported
 // none is not taken for a report (the stub calls containerd 2.3 v0.11.0).
 func TestReportedNRIVersion(t *testing.T) {
 	for _, tc := range []struct{ stub, runtime, version, want string }{

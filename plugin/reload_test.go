@@ -168,7 +168,7 @@ func TestReloadedModeAppliesToNewPods(t *testing.T) {
 	}
 }
 
-// Issue 22: a pod first seen while a reload that changes mode: is being
+// A pod first seen while a reload that changes mode: is being
 // put in force must get one load's config and mode, never the old config
 // with the new mode (they were two atomics, stored mode first). The hook
 // runs where the second store came.

@@ -54,8 +54,9 @@ type loaded struct {
 //
 // Per pod: a record's lookupSlot (a one-slot channel, held by the lookup
 // in flight) before its mu; podRecords.mu before a new record's mu, which
-// no one else holds yet (record.go); podRecords.mu also guards each
-// record's specLandsBy. Leaves: requestGate.mu (leave.go),
+// no one else holds yet (record.go), and before runningPods.mu when it
+// makes one (newRecord); podRecords.mu also guards each record's
+// specLandsBy. Leaves: requestGate.mu (leave.go),
 // lackingContainers.mu, runningPods.mu, heldPods.mu and the meter's own.
 type plugin struct {
 	log          *logrus.Logger

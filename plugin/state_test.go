@@ -63,7 +63,7 @@ type fixedRuntime time.Duration
 func (fixedRuntime) RuntimeNRIVersion() string       { return "v0.12.3" }
 func (f fixedRuntime) RequestTimeout() time.Duration { return time.Duration(f) }
 
-// Issue 22: every reconnection sets the stub anew while a prefetch of the
+// Every reconnection sets the stub anew while a prefetch of the
 // last connection may still read it for its deadline. Run under -race
 // (make unit does): a plain field would be a data race here.
 func TestStubSwapDuringDeadlines(t *testing.T) {

@@ -144,7 +144,7 @@ func TestAuditReport(t *testing.T) {
 	if code := Print(&out, lines[:1]); code != AllFine || !strings.Contains(out.String(), "all 1 running container(s) have the node's defaults") {
 		t.Errorf("exit %d, report:\n%s", code, out.String())
 	}
-	// Issue 33, item 6: a container whose pod's process exited is "cannot
+	// A container whose pod's process exited is "cannot
 	// tell" (exit 2, and a line that says so), never LACKING; a lacking
 	// one still decides the exit code.
 	gone := Line{c: auditContainer{pod: pod, name: "gone", id: "ccc"}, verdict: verdict{cannotTell: true, why: "cannot tell: the pod's process exited while audit read it"}}

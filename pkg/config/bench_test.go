@@ -107,7 +107,7 @@ func BenchmarkLoadLargeKernelProbe(b *testing.B) {
 	benchLoad(b, benchLargeConfig(), probeOrSkip(b), 64, 32)
 }
 
-// bench32Config has 32 defaults, as issue 21's start-up measurement asks:
+// bench32Config has 32 defaults, as the start-up measurement takes:
 // the 21 interface keys on the default entry and 11 more.
 func bench32Config() string {
 	var b strings.Builder
@@ -138,7 +138,7 @@ func namesOnly(check config.KernelChecker) config.KernelChecker {
 	}
 }
 
-// Before and after issue 21, in one run: the probe that writes and reads
+// In one run: the probe that writes and reads
 // back every value, against the one that only opened each key.
 func BenchmarkLoad32KernelValues(b *testing.B) {
 	benchLoad(b, bench32Config(), probeOrSkip(b), 32, 0)

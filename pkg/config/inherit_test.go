@@ -377,7 +377,7 @@ func runInheritChild(t *testing.T, setup string, unshareArgs ...string) string {
 	return string(out)
 }
 
-// Issue 23, finding 2: under `unshare -n` with the key set to 1234 in its
+// Under `unshare -n` with the key set to 1234 in its
 // own network namespace, validate used to print 1234 as the host's value.
 // The values are read in the host's namespaces (pid 1's).
 func TestInheritReadsTheHostsNamespaces(t *testing.T) {

@@ -92,7 +92,7 @@ func TestInheritedValueRefused(t *testing.T) {
 	}
 }
 
-// The real kernel, in fresh namespaces: the values of issue 21 are refused
+// The real kernel, in fresh namespaces: values the kernel refuses are refused
 // with the key and the reason, every one in one run, and values that look
 // odd but are valid pass in the form a pod reads.
 func TestKernelValuesOnThisKernel(t *testing.T) {

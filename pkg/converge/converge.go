@@ -4,7 +4,7 @@
 // Package converge decides, key by key, how one running pod is brought to
 // the config in force: what the plugin writes, what it puts back, and what
 // it leaves to another writer. It is the pure part of converging running
-// pods (issue 35): reading and writing the pod's namespaces, and keeping
+// pods: reading and writing the pod's namespaces, and keeping
 // what the plugin wrote across its restarts, are the caller's.
 //
 // The rule that shapes it: never fight another writer. A live value that

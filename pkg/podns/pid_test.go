@@ -34,7 +34,7 @@ func startPodProcess(t *testing.T) *exec.Cmd {
 
 func owningAll(sysctl.Namespace) bool { return true }
 
-// Issue 33, item 6: a pid that names another process than the pod's, as a
+// A pid that names another process than the pod's, as a
 // reused pid would, is refused before anything is read or written: the
 // process must be in the pod's network namespace.
 func TestPidOutsideThePodsNetworkNamespaceIsRefused(t *testing.T) {
@@ -58,7 +58,7 @@ func TestPidOutsideThePodsNetworkNamespaceIsRefused(t *testing.T) {
 	}
 }
 
-// Issue 33, item 6: a pidfd taken when the pid was first seen catches a
+// A pidfd taken when the pid was first seen catches a
 // process that exited since, even when the pid now names a live process.
 func TestHeldPidfdCatchesAnExitedSandbox(t *testing.T) {
 	first := startPodProcess(t)
@@ -80,7 +80,7 @@ func TestHeldPidfdCatchesAnExitedSandbox(t *testing.T) {
 	}
 }
 
-// Issue 33, finding 4: a refused read says read.
+// A refused read says read.
 func TestRefusedReadSaysRead(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")

@@ -79,7 +79,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// Issue 23, finding 3: /proc/net/unix prints paths as raw bytes, so another
+// /proc/net/unix prints paths as raw bytes, so another
 // process can bind a path with a newline in it that forges a line naming the
 // real server's socket inode and a socket of its own. That socket is served
 // by another process, and must not be listed.

@@ -63,7 +63,7 @@ func symlink(t *testing.T, target, path string, uid int) string {
 	return path
 }
 
-// Issue 33, item 4: a socket path is trusted only when no one but root can
+// A socket path is trusted only when no one but root can
 // change what it names.
 func TestTrustedSocketPath(t *testing.T) {
 	needRoot(t)
@@ -171,7 +171,7 @@ func serveAs(t *testing.T, uid int, path string) int {
 	return cmd.Process.Pid
 }
 
-// Issue 33, item 4: every connection is checked, not a throwaway one
+// Every connection is checked, not a throwaway one
 // before: a socket swapped after a first good connection is refused at
 // the next, for its path or for who serves it.
 func TestTrustedDialerChecksEveryConnection(t *testing.T) {
@@ -214,7 +214,7 @@ func TestTrustedDialerChecksEveryConnection(t *testing.T) {
 	}
 }
 
-// The review's attack (issue 33, finding 2): as uid 65534, a symlink in a
+// The review's attack: as uid 65534, a symlink in a
 // directory of its own points at the real socket for the check, to be
 // swapped later. The path is refused from the first connection on.
 func TestTrustedDialerRefusesAUsersSymlink(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
-// bench32 is 32 keys with a value each, as issue 21's start-up
-// measurement asks (the config package's benchmark uses the same keys).
+// bench32 is 32 keys with a value each, as the start-up
+// measurement takes (the config package's benchmark uses the same keys).
 func bench32() map[string][]string {
 	values := map[string][]string{}
 	for i, k := range []string{
@@ -46,7 +46,7 @@ func benchUserNamespace(b *testing.B, values map[string][]string) {
 	}
 }
 
-// Before and after issue 21, side by side: the user namespace probe that
+// Side by side: the user namespace probe that
 // writes each value as both writers, against the one that only opened each
 // key (values left out).
 func BenchmarkUserNamespace32Values(b *testing.B) { benchUserNamespace(b, bench32()) }

@@ -10,7 +10,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
-// The values of issue 21, written for real in fresh namespaces and judged
+// Values the kernel refuses, and odd ones it takes, written for real in fresh namespaces and judged
 // as config.Parse judges them: the kernel's own answers, not a model.
 func TestKernelValues(t *testing.T) {
 	needRoot(t)

@@ -417,7 +417,7 @@ func TestTemplateNamespaceMode(t *testing.T) {
 	}
 }
 
-// Issue 23, item 8: a fleet of containerd 2.2 and 2.3+ nodes in one
+// A fleet of containerd 2.2 and 2.3+ nodes in one
 // release. auto passes the choice to each node's plugin, with namespace
 // mode's privileges on every node.
 func TestTemplateAutoMode(t *testing.T) {
@@ -432,7 +432,7 @@ func TestTemplateAutoMode(t *testing.T) {
 	}
 }
 
-// Issue 23, finding 2: inheritFromHost reads the host's namespaces
+// InheritFromHost reads the host's namespaces
 // through /proc/1/ns, so in spec mode a config that uses it gets hostPID
 // and CAP_SYS_PTRACE, and one that does not stays without.
 func TestTemplateSpecModeInheritFromHost(t *testing.T) {
@@ -637,7 +637,7 @@ func plain(rendered string) string {
 	return b.String()
 }
 
-// Issue 23, finding 6: where Pod Security's baseline level is enforced
+// Where Pod Security's baseline level is enforced
 // cluster-wide, the DaemonSet's pods are refused unless their namespace is
 // labelled privileged; the shipped namespace is.
 func TestNamespaceIsLabelledPrivileged(t *testing.T) {
@@ -659,7 +659,7 @@ func TestNamespaceIsLabelledPrivileged(t *testing.T) {
 	}
 }
 
-// Issue 23, finding 1: only the selected scrapers may reach the metrics
+// Only the selected scrapers may reach the metrics
 // port, by default; the policy selects the plugin's own pods, and is left
 // out when metrics or the policy are off.
 func TestTemplateNetworkPolicy(t *testing.T) {
@@ -680,7 +680,7 @@ func TestTemplateNetworkPolicy(t *testing.T) {
 	if len(froms) != 1 || get(froms[0], "podSelector", "matchLabels", "app.kubernetes.io/name") != "prometheus" || len(ports) != 1 || get(ports[0].(obj), "port") != 9183 {
 		t.Errorf("ingress %v: want only pods labelled app.kubernetes.io/name=prometheus, on port 9183", rule)
 	}
-	// Issue 33, item 7: a pod label alone admits any pod whose author sets
+	// A pod label alone admits any pod whose author sets
 	// it, in any namespace. The one namespace named, by the label the API
 	// server sets to its name, in the same peer (AND, not a second peer).
 	wantNS := obj{"matchLabels": obj{"kubernetes.io/metadata.name": "monitoring"}}
@@ -703,7 +703,7 @@ func TestTemplateNetworkPolicy(t *testing.T) {
 	}
 }
 
-// Issue 23, item 5: the ClusterRole can only say "patch nodes", so a
+// The ClusterRole can only say "patch nodes", so a
 // ValidatingAdmissionPolicy, on by default, narrows it to the plugin's own
 // service account removing its taint from the node its token is bound to.
 // What the API server makes of it is tested in TestK8sFleet.
@@ -769,7 +769,7 @@ func TestTemplateNodePolicy(t *testing.T) {
 	}
 }
 
-// Issue 33, item 7: the node policy named spec and metadata fields one by
+// The node policy named spec and metadata fields one by
 // one (a field a later Kubernetes adds was not covered) and ignored
 // managedFields. It compares the whole node now: every key of spec but
 // taints, of metadata but resourceVersion and managedFields, and every
@@ -836,7 +836,7 @@ func checkNodePolicyComparesWholeNode(t *testing.T, policy obj) {
 	}
 }
 
-// Issue 33, item 7: the probes' timeouts are explicit (Kubernetes'
+// The probes' timeouts are explicit (Kubernetes'
 // default, 1 s, was exceeded under a connection flood) and set by values.
 func TestTemplateProbeTimeouts(t *testing.T) {
 	d, _ := renderDaemonSet(t)
@@ -851,7 +851,7 @@ func TestTemplateProbeTimeouts(t *testing.T) {
 	}
 }
 
-// Issue 23, item 7: where containerd requires the plugin (the fail-closed
+// Where containerd requires the plugin (the fail-closed
 // drop-in), the plugin's own pod must start while no plugin is registered.
 func TestTemplateTolerateMissingPluginsAnnotation(t *testing.T) {
 	annotations := func(sets ...string) any {
@@ -893,7 +893,7 @@ func TestNotesWithoutNodePolicy(t *testing.T) {
 	}
 }
 
-// Issue 35: runningPods: converge (the default) writes into running pods'
+// RunningPods: converge (the default) writes into running pods'
 // namespaces in spec mode too, so the chart grants namespace mode's
 // privileges, the network namespaces' directory and a node directory for
 // the pod state; keep drops them all.
@@ -918,7 +918,7 @@ func TestTemplateRunningPods(t *testing.T) {
 	}
 }
 
-// Issue 35, item 5: configRollout: staged makes a ConfigMap per config
+// ConfigRollout: staged makes a ConfigMap per config
 // (the hash in its name, immutable) and no live reload, so an edit is a
 // new DaemonSet template, rolled node by node with minReadySeconds
 // between; live keeps one watched ConfigMap.

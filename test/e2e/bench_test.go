@@ -4,7 +4,7 @@
 package e2e
 
 // Benchmarks of the container-creation path against the real containerd of
-// this harness (issue 6, docs/benchmarks.md). They are not tests: nothing
+// this harness (docs/benchmarks.md). They are not tests: nothing
 // here passes or fails on a timing. They fail only when the plugin did not
 // do its job (a pod without its defaults, a per-pod cache that is not empty
 // once every pod is gone) or when no report could be written.

@@ -3,7 +3,7 @@
 
 package e2e
 
-// Bounded work per request (issue 33): a pod author who writes the largest
+// Bounded work per request: a pod author who writes the largest
 // profiles annotation Kubernetes allows (256 KiB) must not push the plugin
 // past containerd's plugin_request_timeout. Before the bound, the plugin
 // spent seconds on such a pod; containerd then closed it, created the

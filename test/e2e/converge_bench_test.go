@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestBenchConvergeCreatePath (issue 35, item 4; NRI_SYSCTL_BENCH=1, make
+// TestBenchConvergeCreatePath (NRI_SYSCTL_BENCH=1, make
 // bench-converge): with NRI_SYSCTL_BENCH_RUNNING (default 200) pods
 // running, the time from a reload to the last of them converged, and pod
 // create+start while they converge against idle, in alternating blocks of

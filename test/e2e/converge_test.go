@@ -16,7 +16,7 @@ import (
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns/podnstest"
 )
 
-// TestConvergeRunningPods (issue 35): pods that run before the plugin's
+// TestConvergeRunningPods: pods that run before the plugin's
 // first start get the defaults without a restart; a reload reaches them;
 // a key that leaves the config goes back to the value the pod had before
 // the plugin's first write (a fresh namespace's for a pod created under

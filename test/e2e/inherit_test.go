@@ -3,7 +3,7 @@
 
 package e2e
 
-// inheritFromHost (issue 15): pods get the host's current values of the
+// inheritFromHost: pods get the host's current values of the
 // keys it names, re-read on reload. The host's keepalive keys are set for
 // the test and restored afterwards. Values are read inside containers and
 // on the host, never taken from the plugin's log.

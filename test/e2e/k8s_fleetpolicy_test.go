@@ -3,7 +3,7 @@
 
 package e2e
 
-// Issue 23, items 5 and 7, on the e2e-k8s cluster:
+// The fleet's node policy and rolling updates, on the e2e-k8s cluster:
 //   - the plugin's own service-account token, bound to its pod (so to its
 //     node), may remove the not-ready taint from its node and do nothing
 //     else: the chart's ValidatingAdmissionPolicy makes the API server
@@ -277,7 +277,7 @@ func checkPluginTokenRefusals(t *testing.T, k *k8sCluster, pluginPod k8sPod, own
 	refused("annotating its own node", ownNode, mergePatch, map[string]any{"metadata": map[string]any{"annotations": map[string]string{"e2e-stolen": "yes"}}})
 	refused("adding a taint to its own node", ownNode, jsonPatch, addTaintPatch(k.nodeObject(t, ownNode), "e2e-stolen", "NoExecute"))
 	refused("cordoning its own node", ownNode, mergePatch, map[string]any{"spec": map[string]any{"unschedulable": true}})
-	// Issue 33, item 7: the policy compares the whole node, not a list of
+	// The policy compares the whole node, not a list of
 	// fields; each of these passed the field-by-field policy, or its
 	// metadata part, before.
 	refused("setting its own node's providerID", ownNode, mergePatch, map[string]any{"spec": map[string]any{"providerID": "e2e://stolen"}})

@@ -40,7 +40,7 @@ const (
 )
 
 // k8sRefused is an edit this node's kernel check must refuse, merged into
-// a good config: a value the kernel refuses (issue 21's typo).
+// a good config: a value the kernel refuses (a typo).
 var k8sRefused = map[string]string{"net.ipv4.tcp_keepalive_time": "abc"}
 
 // The plugin's config in the test: two network keys and one IPC key, so
@@ -529,7 +529,7 @@ func TestK8sFleet(t *testing.T) {
 		logf("early pod before the plugin: %s %+v", p.Status.Phase, p.Status.Conditions)
 	}
 
-	// Issue 35: a workload already running when the plugin is installed
+	// A workload already running when the plugin is installed
 	// (here: one that tolerates the taint) gets the defaults without a
 	// restart, and later ConfigMap edits.
 	running := workload{name: "running-before-install", tolerateNotReady: true}
@@ -644,7 +644,7 @@ func TestK8sFleet(t *testing.T) {
 		k.deletePod(t, k8sTestNamespace, running.name)
 	})
 
-	// Issue 21: with the chart's defaults (the kernel check on in both
+	// With the chart's defaults (the kernel check on in both
 	// modes, the last good config on the node, Events), an edit the
 	// kernel refuses is rejected on the node and seen where operators
 	// look; the rejected file stays mounted, and a restarted plugin pod
@@ -740,7 +740,7 @@ func TestK8sFleet(t *testing.T) {
 	peak, rss, cpu := k.usageOf(t, plugin)
 	logf("plugin (%s mode) restarted on the last good config, after 3 pods, a reload and a containerd restart: VmHWM %d KiB, VmRSS %d KiB, CPU %s in %s", mode, peak, rss, cpu, time.Since(installStart).Round(time.Second))
 
-	t.Run("the plugin's token may only remove the not-ready taint of its own node, and the plugin's own removal passes (issue 23, item 5)", func(t *testing.T) {
+	t.Run("the plugin's token may only remove the not-ready taint of its own node, and the plugin's own removal passes", func(t *testing.T) {
 		const other = "nri-sysctl-e2e-other"
 		k.createFakeNode(t, other)
 		pod := k.readyPluginPod(t, "", time.Minute)
@@ -748,7 +748,7 @@ func TestK8sFleet(t *testing.T) {
 		checkPluginRemovesTaintUnderPolicy(t, k, pod, k8sNodeName)
 		k.readyPluginPod(t, pod.Metadata.UID, 2*time.Minute)
 	})
-	t.Run("rolling updates: pods started during one, without and with the fail-closed drop-in (issue 23, item 7)", func(t *testing.T) {
+	t.Run("rolling updates: pods started during one, without and with the fail-closed drop-in", func(t *testing.T) {
 		testRollingUpdateFailClosed(t, k, h, chart, valuesFile, image)
 	})
 

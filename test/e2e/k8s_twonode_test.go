@@ -3,7 +3,7 @@
 
 package e2e
 
-// A cluster of two nodes on this machine (make e2e-k8s, issue 23 item 9):
+// A cluster of two nodes on this machine (make e2e-k8s):
 // node 1 is the harness's containerd (v2.4.2) with the kubelet of
 // k8s_cluster_test.go; node 2 is a second containerd (v2.2.9) and a second
 // kubelet, both in a mount namespace of their own. One release of the chart
@@ -685,7 +685,7 @@ func TestK8sTwoNodes(t *testing.T) {
 		}
 	})
 
-	// Issue 35, item 5: with configRollout: staged an edit reaches one node
+	// With configRollout: staged an edit reaches one node
 	// after the other, as the rolling update replaces each plugin: node by
 	// node, running pods converge when their node's new plugin starts.
 	t.Run("a staged edit converges one node's running pods while the other's keep the old values, then the other's", func(t *testing.T) {

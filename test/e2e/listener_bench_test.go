@@ -3,7 +3,7 @@
 
 package e2e
 
-// The metrics listener under idle connections (issue 23, finding 1): any
+// The metrics listener under idle connections: any
 // pod could open connections to a DaemonSet's metrics port, send one
 // request each and keep them, until the plugin's memory limit killed it.
 // This benchmark opens 10,000 such connections to the real binary and

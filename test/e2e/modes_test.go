@@ -75,7 +75,7 @@ func TestNamespaceModeWriteFailure(t *testing.T) {
 		if err == nil {
 			t.Fatal("pod started although a sysctl could not be written (onError: fail)")
 		}
-		// The key, the value and the errno (issue 21's safety net).
+		// The key, the value and the errno (the safety net behind the kernel check).
 		if !strings.Contains(err.Error(), `net.ipv4.conf.nosuchif9.rp_filter \"2\": writing /proc/sys/net/ipv4/conf/nosuchif9/rp_filter: `) {
 			t.Errorf("the error reaching CRI does not name the key, the value and the errno: %v", err)
 		}

@@ -3,7 +3,7 @@
 
 package e2e
 
-// Operating the plugin (issue 13): its Prometheus metrics and /healthz,
+// Operating the plugin: its Prometheus metrics and /healthz,
 // `nri-sysctl explain` against what the plugin really does, and
 // `nri-sysctl audit` against pods started while no plugin ran. Values are
 // read inside containers; counters are read from the plugin's /metrics.
@@ -210,7 +210,7 @@ func TestOperateMetrics(t *testing.T) {
 	failing := freeAddress(t)
 	startPlugin(t, cfgText, "--containerd-address", filepath.Join(c.tmp, "no-such-containerd.sock"), "--metrics-address", failing)
 	// Registered and synchronized, but not ready: pods cannot be looked
-	// up, so they would get nothing (issue 23, finding 6).
+	// up, so they would get nothing.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		code, body := httpGet("http://" + failing + "/healthz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "pods cannot be looked up: containerd does not answer") {
@@ -419,7 +419,7 @@ func TestOperateAudit(t *testing.T) {
 		t.Errorf("audit --read does not say which values are wrong:\n%s", out)
 	}
 
-	// Issue 35: once they converge, audit --read, which reads what the
+	// Once they converge, audit --read, which reads what the
 	// containers see, exits 0; their annotations still say how they were
 	// created.
 	rewriteConfig(t, p.configPath, defaultsYAML(nodeDefaults))

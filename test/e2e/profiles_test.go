@@ -3,7 +3,7 @@
 
 package e2e
 
-// Profiles selected by annotation (issue 25): a pod asks for admin-defined
+// Profiles selected by annotation: a pod asks for admin-defined
 // profiles with nri-sysctl.io/profiles; a profile applies only where its
 // allow lists say, in the annotation's order, above the defaults and below
 // the pod's own sysctls. Values are read inside the containers, and

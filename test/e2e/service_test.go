@@ -3,7 +3,7 @@
 
 package e2e
 
-// Running nri-sysctl as a node service (issue 5): containerd restarting under
+// Running nri-sysctl as a node service: containerd restarting under
 // the plugin, containerd starting the plugin itself (pre-installed), config
 // reload on SIGHUP, sd_notify readiness, and NRI's fail-closed validator.
 // Every value is read inside a container; the plugin's log line "registered
@@ -220,7 +220,7 @@ func TestServicePreinstalled(t *testing.T) {
 		restart(defaultsYAML(serviceValuesB) + fmt.Sprintf("containerdAddress: %q\ncontainerdNamespace: %q\n", c.grpcSock, k8sNamespace))
 		wantSysctls(t, "pod, pre-installed plugin", podValues(t, "e2e-preinstalled", keys...), serviceValuesB)
 	})
-	// Issue 33: the profiles attack on a plugin containerd started, and
+	// The profiles attack on a plugin containerd started, and
 	// never restarts: one missed deadline would leave the node without it
 	// until containerd restarts.
 	t.Run("ProfilesAnnotationAttack", func(t *testing.T) {

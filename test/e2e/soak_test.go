@@ -3,7 +3,7 @@
 
 package e2e
 
-// make soak (issue 33, item 8): figures under faults on a fail-closed node.
+// make soak: figures under faults on a fail-closed node.
 // For NRI_SYSCTL_SOAK (a duration), pods are created throughout while the
 // plugin is restarted by a supervisor after a SIGTERM or a SIGKILL at random
 // moments, containerd restarts twice (its pods left running, as on a node),
@@ -432,7 +432,7 @@ func (r *soakRun) judge(ctr soakContainer) {
 // fails on what must not happen.
 func (r *soakRun) report() {
 	t, c := r.t, r.c
-	// Issue 35: running pods converge once the plugin is back, SIGKILLs
+	// Running pods converge once the plugin is back, SIGKILLs
 	// included: give the last restart's convergence its time, then judge
 	// the containers still running, which must all have the defaults.
 	keys := sortedKeys(nodeDefaults)

@@ -3,7 +3,7 @@
 
 package e2e
 
-// Values the kernel refuses (issue 21): a typo in one value used to pass
+// Values the kernel refuses: a typo in one value used to pass
 // validate and then fail every pod on the node. The kernel probe writes
 // each value in throw-away namespaces, so validate, the plugin's start and
 // a reload refuse it; values that look odd but are valid still reach pods,

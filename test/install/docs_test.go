@@ -25,10 +25,9 @@ func docPages(t *testing.T, root string) []string {
 	return pages
 }
 
-// pendingLinks are targets that pages on other branches add (issue 24's
-// packages, image and monitoring pages; the kubelet migration section of
-// issue 25). A link to one is let through while it does not exist, and
-// checked like any other once it does. Drop an entry when its page lands.
+// pendingLinks are targets that pages on other branches add. A link to
+// one is let through while it does not exist, and checked like any other
+// once it does. Drop an entry when its page lands.
 var pendingLinks = []string{}
 
 var (
@@ -167,7 +166,7 @@ func TestHeadingAnchor(t *testing.T) {
 	for heading, want := range map[string]string{
 		" Moving to kubelet's defaultPodSysctls, or running both": "moving-to-kubelets-defaultpodsysctls-or-running-both",
 		" audit: which running containers lack the defaults":      "audit-which-running-containers-lack-the-defaults",
-		" The kernel check (issue 21)":                            "the-kernel-check-issue-21",
+		" Results: metrics on, quiet machine, 2026-11-30":         "results-metrics-on-quiet-machine-2026-11-30",
 		" What `make test-all` runs":                              "what-make-test-all-runs",
 		" Importing CRI-O's default_sysctls":                      "importing-cri-os-default_sysctls",
 	} {

@@ -430,7 +430,7 @@ func TestVMSpecModeService(t *testing.T) {
 		since := v.unitProp("nri-sysctl-reload.service", "ExecMainExitTimestampMonotonic")
 		cursor := v.sh("journalctl -u nri-sysctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'")
 		// Two kinds of bad edit: a key that is not namespaced, and a value
-		// the kernel refuses (issue 21).
+		// the kernel refuses.
 		v.writeConfig("sysctls:\n  net.ipv4.tcp_keepalive_time: 630\n  vm.swappiness: 10\n  net.ipv4.tcp_keepalive_probes: \"abc\"\n")
 		v.waitReloadUnit(since)
 		time.Sleep(2 * time.Second)

@@ -81,7 +81,7 @@ func TestContainerdFlagsGiven(t *testing.T) {
 	}
 }
 
-// Issue 35: --running-pods takes converge or keep, and the plugin's pod
+// --running-pods takes converge or keep, and the plugin's pod
 // state has a default directory.
 func TestRunningPodsFlag(t *testing.T) {
 	var stderr strings.Builder

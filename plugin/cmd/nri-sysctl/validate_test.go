@@ -118,7 +118,7 @@ func TestValidateRefusesAllButASmallRegularFile(t *testing.T) {
 	}
 }
 
-// Values the kernel refuses (issue 21) make validate exit 1 naming each
+// Values the kernel refuses make validate exit 1 naming each
 // key and the reason, in one run; the real probes run, in throw-away
 // namespaces.
 func TestValidateRefusesValuesTheKernelRefuses(t *testing.T) {

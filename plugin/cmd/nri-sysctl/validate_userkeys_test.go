@@ -77,7 +77,7 @@ func validateUserKeyChecks(t *testing.T) {
 	}
 }
 
-// validate accepts a valid user.* key (issue 33: it exited 1 with "is
+// validate accepts a valid user.* key (it exited 1 with "is
 // read-only inside a pod's namespace" when root lacks CAP_SYS_RESOURCE,
 // as here), and leaves the user.* limits of the namespace it runs in
 // alone: on this machine, and in a user namespace the test makes to play
