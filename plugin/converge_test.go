@@ -140,6 +140,18 @@ func synchronizedPod(t *testing.T, p *plugin, id string) *api.PodSandbox {
 	return pod
 }
 
+// restartedOn is another plugin started on stateDir, as after a restart,
+// over the same namespaces, told of pod at Synchronize.
+func restartedOn(t *testing.T, cfgText, stateDir string, own map[string]string, ns *fakeNamespaces, pod *api.PodSandbox) *plugin {
+	t.Helper()
+	q, _ := newConvergeTest(t, cfgText, stateDir, own)
+	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
+	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // passWrites returns a step: one pass, and the writes it made checked.
 func passWrites(t *testing.T, p *plugin, ns *fakeNamespaces) func(what, want string) {
 	return func(what, want string) {
@@ -205,11 +217,7 @@ func TestConvergeRunningPod(t *testing.T) {
 
 	// Another writer; then a restart of the plugin on the same state.
 	ns.set("net.ipv4.tcp_keepalive_intvl", "33")
-	q, _ := newConvergeTest(t, base+"  net.ipv4.tcp_keepalive_time: 650\n", dir, own)
-	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
-	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
-		t.Fatal(err)
-	}
+	q := restartedOn(t, base+"  net.ipv4.tcp_keepalive_time: 650\n", dir, own, ns, pod)
 	q.convergePass(context.Background())
 	if got := ns.takeWrites(); got != "" {
 		t.Errorf("after a restart: wrote %q, want nothing (650 is the plugin's own, 33 another writer's)", got)
@@ -899,11 +907,7 @@ func TestKeyPutBackIsForgottenByTheRecordToo(t *testing.T) {
 	reload(t, p, withKey)
 	step("the key comes back", "kernel.msgmax=600")
 
-	q, _ := newConvergeTest(t, without, dir, nil)
-	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
-	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
-		t.Fatal(err)
-	}
+	q := restartedOn(t, without, dir, nil, ns, pod)
 	q.convergePass(context.Background())
 	if got := ns.takeWrites(); got != "kernel.msgmax=8192" {
 		t.Errorf("after a restart with the key out of the config: wrote %q, want kernel.msgmax=8192", got)

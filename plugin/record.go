@@ -398,16 +398,14 @@ func (r *podRecord) valuesInPlace() bool {
 // value; the rest skipped, for a convergence to set (or, when another
 // writer set them, to leave).
 func (r *podRecord) placedOnly(apply []sysctl.Sysctl, skipped []policy.Skipped) ([]sysctl.Sysctl, []policy.Skipped) {
+	apply, skipped = leaveToOthers(apply, skipped, r.leftToOther)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kept := make([]sysctl.Sysctl, 0, len(apply))
 	for _, s := range apply {
-		switch {
-		case r.leftToOther[s.Key()]:
-			skipped = append(skipped, policy.SkipExisting.Skip(s.Key(), ": set in the running pod by another writer"))
-		case slices.Contains(r.written, s):
+		if slices.Contains(r.written, s) {
 			kept = append(kept, s)
-		default:
+		} else {
 			skipped = append(skipped, policy.SkipConvergence.Skip(s.Key(), ""))
 		}
 	}
