@@ -37,14 +37,16 @@ type heldPod struct {
 	err  error
 }
 
-func newHeldPods() heldPods { return heldPods{take: holdSandbox} }
+func newHeldPods() heldPods {
+	return heldPods{take: func(pod *api.PodSandbox) (heldProcess, error) { return holdSandbox(podns.Linux, pod) }}
+}
 
-// holdSandbox holds the pod's process now, once sure it is the pod's: in
-// the sandbox's own cgroup.
-func holdSandbox(pod *api.PodSandbox) (heldProcess, error) {
+// holdSandbox holds the pod's process now, through host, once sure it is
+// the pod's: in the sandbox's own cgroup.
+func holdSandbox(host podns.Host, pod *api.PodSandbox) (heldProcess, error) {
 	_, target := readSandbox(pod, true)
-	owner := podns.InSandboxCgroup(pod.GetId(), pod.GetLinux().GetCgroupsPath())
-	held, err := podns.Hold(target, int(pod.GetPid()), owner)
+	owner := host.InSandboxCgroup(pod.GetId(), pod.GetLinux().GetCgroupsPath())
+	held, err := host.Hold(target, int(pod.GetPid()), owner)
 	if err != nil {
 		return nil, err
 	}

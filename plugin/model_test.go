@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podns"
+	"github.com/nri-sysctl/nri-sysctl/pkg/podns/kernelmodel"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"github.com/sirupsen/logrus"
@@ -26,14 +26,17 @@ import (
 )
 
 // The model test of convergence: generated sequences of pods created,
-// stopped and removed, containers whose spec lands late or never,
-// another writer's writes, reloads (values changed, keys added and
+// stopped and removed, sandbox processes that exit on their own and pids
+// given to unrelated processes, containers whose spec lands late or
+// never, another writer's writes, reloads (values changed, keys added and
 // removed, a namespace excluded and let back), passes and plugin restarts
 // with and without the state directory, in both modes. Only the kernel's
-// side is a model (modelKernel: namespaces and their values as data, seen
-// through the plugin's readNamespaces, writeNamespaces and held.take);
-// the handlers, the records, the decision, the pod state and the held
-// pods run for real. rapid shrinks a failing sequence to its shortest.
+// side is a model (kernelmodel: processes, fds, namespaces and their
+// values as data, behind podns.Kernel), and the fresh values a new
+// namespace holds; the handlers, the records, the decision, the pod
+// state, the held pods and podns's guards (the sandbox's cgroup, pidfds,
+// namespace identity, the host's namespaces) run for real. rapid shrinks
+// a failing sequence to its shortest.
 // go test -run TestModel -rapid.checks=N runs N sequences a mode from
 // a random seed (modelChecks from modelSeed unless told).
 
@@ -65,6 +68,13 @@ type pendingSpec struct {
 type modelPod struct {
 	sb      *api.PodSandbox
 	running bool
+	// sandbox is the pod's sandbox process; exited once it has (on its
+	// own, or stopped), its pid free for another process.
+	sandbox *kernelmodel.Process
+	exited  bool
+	// ns is the pod's own namespaces, by kind; a kind it lacks is the
+	// host's.
+	ns map[sysctl.Namespace]*kernelmodel.Namespace
 	// own is the pod's securityContext.sysctls.
 	own map[string]string
 	// other is what another writer set, by key.
@@ -82,79 +92,62 @@ type modelPod struct {
 	landedSincePass bool
 }
 
-// modelKernel is the pods' namespaces ("model:<pod>/<kind>"), each a
-// key's value by key; a pod's target has no entry for a namespace it
-// shares with the host. It records every breach of the invariants that
-// hold at all times.
+// namespaceOf is the pod's own namespace key lives in, nil if the pod
+// shares it with the host.
+func (pod *modelPod) namespaceOf(key string) *kernelmodel.Namespace {
+	return pod.ns[sysctl.NamespaceOf(key)]
+}
+
+// modelKernel is the kernel's side (kernelmodel: processes, pids reused,
+// namespaces and their values, which podns reaches as it reaches
+// Linux's) and the model's pods. It records every breach of the
+// invariants that hold at all times. mu guards pods' fields and breaches;
+// the kernel's lock is taken before it (onWrite), never inside it.
 type modelKernel struct {
+	k        *kernelmodel.Kernel
 	mu       sync.Mutex
-	ns       map[string]map[string]string
 	pods     map[string]*modelPod
 	breaches []string
+	// unrelated counts processes given a sandbox's pid after it exited.
+	unrelated int
 }
 
-// modelNamespace names a pod's namespace of one kind.
-func modelNamespace(podID string, kind sysctl.Namespace) string {
-	return "model:" + podID + "/" + kind.String()
+func newModelKernel() *modelKernel {
+	mk := &modelKernel{k: kernelmodel.NewKernel(modelKeys), pods: map[string]*modelPod{}}
+	mk.k.OnWrite(mk.pluginWrites)
+	return mk
 }
 
-func (k *modelKernel) namespaceOf(t podns.Target, key string) (name string, pod *modelPod, ok bool) {
-	ref, has := t[sysctl.NamespaceOf(key)]
-	if !has {
-		return "", nil, false
+// pluginWrites sees each write the plugin makes through podns.
+func (mk *modelKernel) pluginWrites(ns *kernelmodel.Namespace, key, value string) {
+	mk.mu.Lock()
+	defer mk.mu.Unlock()
+	pod := mk.pods[ns.Owner]
+	switch {
+	case ns.Owner == "host":
+		mk.breaches = append(mk.breaches, fmt.Sprintf("the plugin wrote %s=%s into the host's %s namespace", key, value, ns.Kind))
+		return
+	case pod == nil:
+		mk.breaches = append(mk.breaches, fmt.Sprintf("the plugin wrote %s=%s into the %s namespace of %s, no running pod's", key, value, ns.Kind, ns.Owner))
+		return
+	case !pod.running:
+		mk.breaches = append(mk.breaches, fmt.Sprintf("the plugin wrote %s=%s into pod %s, which is stopped", key, value, ns.Owner))
 	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(ref.Path, "model:"), "/")
-	return ref.Path, k.pods[id], true
-}
-
-func (k *modelKernel) read(t podns.Target, keys []string) map[string]podns.Value {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := map[string]podns.Value{}
-	for _, key := range keys {
-		name, _, ok := k.namespaceOf(t, key)
-		if !ok {
-			out[key] = podns.Value{Err: os.ErrNotExist}
-			continue
-		}
-		out[key] = podns.Value{Value: k.ns[name][key]}
-	}
-	return out
-}
-
-func (k *modelKernel) write(t podns.Target, list []sysctl.Sysctl) []podns.WriteError {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, s := range list {
-		name, pod, ok := k.namespaceOf(t, s.Key())
-		switch {
-		case !ok:
-			k.breaches = append(k.breaches, fmt.Sprintf("wrote %s=%s into the host's namespace", s.Key(), s.Value()))
-			continue
-		case pod == nil || !pod.running:
-			k.breaches = append(k.breaches, fmt.Sprintf("wrote %s=%s into %s, whose pod is not running", s.Key(), s.Value(), name))
-		}
-		k.checkWrite(pod, name, s.Key(), s.Value(), "the plugin")
-		k.ns[name][s.Key()] = s.Value()
-	}
-	return nil
+	mk.checkWrite(pod, key, ns.Values[key], value, "the plugin")
 }
 
 // checkWrite records a write of the pod's own key, or over another
-// writer's value.
-func (k *modelKernel) checkWrite(pod *modelPod, name, key, value, by string) {
-	if pod == nil {
-		return
-	}
+// writer's value (now, the key's value before the write). mu held.
+func (mk *modelKernel) checkWrite(pod *modelPod, key, now, value, by string) {
 	if _, own := pod.own[key]; own {
-		k.breaches = append(k.breaches, fmt.Sprintf("%s wrote %s=%s, the pod's own key, into %s", by, key, value, name))
+		mk.breaches = append(mk.breaches, fmt.Sprintf("%s wrote %s=%s, the pod's own key, into pod %s", by, key, value, pod.sb.Id))
 	}
-	if v, ok := pod.other[key]; ok && k.ns[name][key] == v && value != v {
-		k.breaches = append(k.breaches, fmt.Sprintf("%s wrote %s=%s over another writer's %s in %s", by, key, value, v, name))
+	if v, ok := pod.other[key]; ok && now == v && value != v {
+		mk.breaches = append(mk.breaches, fmt.Sprintf("%s wrote %s=%s over another writer's %s in pod %s", by, key, value, v, pod.sb.Id))
 	}
 }
 
-func (k *modelKernel) fresh(names []string) (map[string]string, error) {
+func (mk *modelKernel) fresh(names []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, n := range names {
 		if v, ok := modelKeys[n]; ok {
@@ -164,25 +157,13 @@ func (k *modelKernel) fresh(names []string) (map[string]string, error) {
 	return out, nil
 }
 
-// target is the pod's namespaces as the held process reaches them.
-func (k *modelKernel) target(pod *api.PodSandbox) podns.Target {
-	t := podns.Target{}
-	for _, ns := range pod.GetLinux().GetNamespaces() {
-		kind, ok := sysctl.NamespaceByOCIName(ns.GetType())
-		if ok {
-			t[kind] = podns.NamespaceRef{Path: modelNamespace(pod.GetId(), kind)}
-		}
-	}
-	return t
-}
-
 // modelFetcher answers lookups with the model's pods' own keys.
-type modelFetcher struct{ k *modelKernel }
+type modelFetcher struct{ mk *modelKernel }
 
 func (f modelFetcher) Fetch(_ context.Context, podID string) (podsysctl.PodSysctls, error) {
-	f.k.mu.Lock()
-	defer f.k.mu.Unlock()
-	pod := f.k.pods[podID]
+	f.mk.mu.Lock()
+	defer f.mk.mu.Unlock()
+	pod := f.mk.pods[podID]
 	if pod == nil {
 		return podsysctl.PodSysctls{}, fmt.Errorf("no pod %s", podID)
 	}
@@ -226,17 +207,12 @@ func (m *modelMachine) start(t *rapid.T) {
 		t.Fatalf("Configure: %v\n%s", err, m.configText())
 	}
 	p.useFetcher(modelFetcher{m.kernel})
-	p.readNamespaces, p.writeNamespaces, p.freshValues = m.kernel.read, m.kernel.write, m.kernel.fresh
-	p.visitNamespaces = func(t podns.Target, keys []string, decide func(map[string]podns.Value) []sysctl.Sysctl) []podns.WriteError {
-		writes := decide(p.readNamespaces(t, keys))
-		if len(writes) == 0 {
-			return nil
-		}
-		return p.writeNamespaces(t, writes)
-	}
-	p.held.take = func(pod *api.PodSandbox) (heldProcess, error) {
-		return fakeHeld{m.kernel.target(pod)}, nil
-	}
+	host := podns.On(m.kernel.k.Kernel())
+	p.readNamespaces, p.writeNamespaces, p.visitNamespaces = host.Read, host.Write, host.Visit
+	p.held.take = func(pod *api.PodSandbox) (heldProcess, error) { return holdSandbox(host, pod) }
+	// Not the kernel's side podns reaches: a fresh namespace is made
+	// and read elsewhere (freshCache).
+	p.freshValues = m.kernel.fresh
 	p.afterAnswer = func(work func()) { work() }
 	// The worker's rests are time, not behaviour (Pass).
 	p.convergePace.sleep = func(time.Duration) {}
@@ -266,6 +242,18 @@ func (m *modelMachine) runningPods() []string {
 	return ids
 }
 
+// livePods is the running pods whose sandbox process has not exited:
+// only there can a container be made, or write.
+func (m *modelMachine) livePods() []string {
+	var ids []string
+	for _, id := range m.runningPods() {
+		if !m.kernel.pods[id].exited {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // CreatePod runs a new pod and its first container.
 func (m *modelMachine) CreatePod(t *rapid.T) {
 	if len(m.kernel.pods) >= 5 {
@@ -287,19 +275,24 @@ func (m *modelMachine) CreatePod(t *rapid.T) {
 		key := rapid.SampledFrom(slices.Sorted(maps.Keys(modelKeys))).Draw(t, "own")
 		pod.own[key] = "33"
 	}
-	m.kernel.mu.Lock()
-	m.kernel.pods[id] = pod
-	for _, kind := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS} {
-		m.kernel.ns[modelNamespace(id, kind)] = map[string]string{}
-	}
-	for key, v := range modelKeys {
-		if name, _, ok := m.kernel.namespaceOf(m.kernel.target(sb), key); ok {
-			m.kernel.ns[name][key] = v
-			if own, ok := pod.own[key]; ok {
-				m.kernel.ns[name][key] = own // the runtime sets the pod's own at creation
-			}
+	k := m.kernel.k
+	pod.ns = map[sysctl.Namespace]*kernelmodel.Namespace{}
+	for _, ns := range sb.Linux.Namespaces {
+		kind, _ := sysctl.NamespaceByOCIName(ns.Type)
+		values := maps.Clone(modelKeys)
+		for key, v := range pod.own {
+			values[key] = v // the runtime sets the pod's own at creation
+		}
+		pod.ns[kind] = k.NewNamespace(kind, id, values)
+		if ns.Path != "" {
+			k.Mount(ns.Path, pod.ns[kind])
 		}
 	}
+	// In the sandbox's own cgroup, named by its ID (runc's default).
+	pod.sandbox = k.Spawn(0, "0::/kubepods/besteffort/pod"+id+"/"+id+"\n", pod.ns)
+	sb.Pid = uint32(pod.sandbox.Pid)
+	m.kernel.mu.Lock()
+	m.kernel.pods[id] = pod
 	m.kernel.mu.Unlock()
 	if err := m.p.RunPodSandbox(context.Background(), sb); err != nil {
 		t.Fatal(err)
@@ -309,7 +302,7 @@ func (m *modelMachine) CreatePod(t *rapid.T) {
 
 // CreateContainer adds a container to a running pod.
 func (m *modelMachine) CreateContainer(t *rapid.T) {
-	ids := m.runningPods()
+	ids := m.livePods()
 	if len(ids) == 0 {
 		t.Skip("no running pod")
 	}
@@ -344,7 +337,7 @@ func (m *modelMachine) startContainer(t *rapid.T, pod *modelPod, ctr *api.Contai
 // writing its sysctls; perhaps long after, perhaps never.
 func (m *modelMachine) LandSpec(t *rapid.T) {
 	var ids []string
-	for _, id := range m.runningPods() {
+	for _, id := range m.livePods() {
 		if len(m.kernel.pods[id].pending) > 0 {
 			ids = append(ids, id)
 		}
@@ -366,26 +359,32 @@ func (m *modelMachine) LandSpec(t *rapid.T) {
 // land is runc writing a spec's sysctls into the pod as it makes the
 // container.
 func (m *modelMachine) land(pod *modelPod, spec map[string]string) {
-	m.kernel.mu.Lock()
-	defer m.kernel.mu.Unlock()
-	target := m.kernel.target(pod.sb)
 	for _, key := range slices.Sorted(maps.Keys(spec)) {
-		name, _, ok := m.kernel.namespaceOf(target, key)
-		if !ok {
-			m.kernel.breaches = append(m.kernel.breaches, fmt.Sprintf("a spec the plugin answered sets %s, of a namespace the pod shares with the host", key))
+		ns := pod.namespaceOf(key)
+		if ns == nil {
+			m.kernel.breach(fmt.Sprintf("a spec the plugin answered sets %s, of a namespace the pod shares with the host", key))
 			continue
 		}
-		m.kernel.checkWrite(pod, name, key, spec[key], "a spec the plugin answered")
-		m.kernel.ns[name][key] = spec[key]
+		now, _ := m.kernel.k.Get(ns, key)
+		m.kernel.mu.Lock()
+		m.kernel.checkWrite(pod, key, now, spec[key], "a spec the plugin answered")
+		m.kernel.mu.Unlock()
+		m.kernel.k.Set(ns, key, spec[key])
 	}
 	pod.landedSincePass = true
+}
+
+func (mk *modelKernel) breach(what string) {
+	mk.mu.Lock()
+	defer mk.mu.Unlock()
+	mk.breaches = append(mk.breaches, what)
 }
 
 // OtherWrites: a privileged container of the pod, or an operator acting
 // on its running containers, sets a key the pod does not set itself.
 func (m *modelMachine) OtherWrites(t *rapid.T) {
 	var ids []string
-	for _, id := range m.runningPods() {
+	for _, id := range m.livePods() {
 		// A spec answered before the write lands the plugin's value over
 		// it; runc does that, whatever the plugin knows. A pod none of
 		// whose containers started has nobody in it to write.
@@ -401,30 +400,81 @@ func (m *modelMachine) OtherWrites(t *rapid.T) {
 	if _, own := pod.own[key]; own {
 		t.Skip("the pod's own key")
 	}
-	m.kernel.mu.Lock()
-	defer m.kernel.mu.Unlock()
-	name, _, ok := m.kernel.namespaceOf(m.kernel.target(pod.sb), key)
-	if !ok {
+	ns := pod.namespaceOf(key)
+	if ns == nil {
 		t.Skip("a host namespace")
 	}
 	v := rapid.SampledFrom(otherValues).Draw(t, "value")
-	m.kernel.ns[name][key] = v
+	m.kernel.k.Set(ns, key, v)
+	m.kernel.mu.Lock()
 	pod.other[key] = v
+	m.kernel.mu.Unlock()
 }
 
-// StopPod stops a running pod, as kubelet stops a finished Job's.
+// StopPod stops a running pod, as kubelet stops a finished Job's: its
+// sandbox process exits and its network namespace is unmounted.
 func (m *modelMachine) StopPod(t *rapid.T) {
 	ids := m.runningPods()
 	if len(ids) == 0 {
 		t.Skip("no running pod")
 	}
 	pod := m.kernel.pods[rapid.SampledFrom(ids).Draw(t, "pod")]
+	m.kernel.k.Exit(pod.sandbox)
+	for _, ns := range pod.sb.Linux.Namespaces {
+		if ns.Path != "" {
+			m.kernel.k.Mount(ns.Path, nil)
+		}
+	}
 	m.kernel.mu.Lock()
-	pod.running = false
+	pod.running, pod.exited = false, true
 	m.kernel.mu.Unlock()
 	if err := m.p.StopPodSandbox(context.Background(), pod.sb); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// SandboxExits: a running pod's sandbox process exits on its own, and
+// nothing tells the plugin until the pod is stopped.
+func (m *modelMachine) SandboxExits(t *rapid.T) {
+	var ids []string
+	for _, id := range m.runningPods() {
+		if !m.kernel.pods[id].exited {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		t.Skip("no running sandbox")
+	}
+	pod := m.kernel.pods[rapid.SampledFrom(ids).Draw(t, "pod")]
+	m.kernel.k.Exit(pod.sandbox)
+	m.kernel.mu.Lock()
+	pod.exited = true
+	m.kernel.mu.Unlock()
+}
+
+// ReusePid gives an exited sandbox's pid to an unrelated process with
+// namespaces of its own, in another cgroup; the pod may still be listed
+// with that pid (containerd 1.7 keeps it).
+func (m *modelMachine) ReusePid(t *rapid.T) {
+	var pids []int
+	for _, id := range slices.Sorted(maps.Keys(m.kernel.pods)) {
+		if pod := m.kernel.pods[id]; pod.exited && m.kernel.k.Free(pod.sandbox.Pid) {
+			pids = append(pids, pod.sandbox.Pid)
+		}
+	}
+	if len(pids) == 0 || m.kernel.unrelated >= 3 {
+		t.Skip("no free sandbox pid")
+	}
+	pid := rapid.SampledFrom(pids).Draw(t, "pid")
+	m.kernel.unrelated++
+	owner := fmt.Sprintf("unrelated process %d", m.kernel.unrelated)
+	ns := map[sysctl.Namespace]*kernelmodel.Namespace{}
+	for _, kind := range []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS} {
+		if rapid.Bool().Draw(t, "own "+kind.String()) {
+			ns[kind] = m.kernel.k.NewNamespace(kind, owner, modelKeys)
+		}
+	}
+	m.kernel.k.Spawn(pid, "0::/system.slice/unrelated.service\n", ns)
 }
 
 // RemovePod removes a stopped pod.
@@ -481,6 +531,7 @@ func (m *modelMachine) Restart(t *rapid.T) {
 	// would then say less than the containers' annotations, which are
 	// not read beside a state.
 	m.p.keepSetPods()
+	m.p.held.sync(nil) // the old plugin's fds close with its process
 	if !rapid.Bool().Draw(t, "keepState") {
 		m.stateDir = m.tmp()
 		for _, pod := range m.kernel.pods {
@@ -516,17 +567,14 @@ func (m *modelMachine) Pass(t *rapid.T) {
 // a pod created now would get, apart from its own keys and another
 // writer's; a key the plugin does not give it is at a fresh value.
 func (m *modelMachine) checkConverged(t *rapid.T) {
-	m.kernel.mu.Lock()
-	defer m.kernel.mu.Unlock()
 	for _, id := range m.runningPods() {
 		pod := m.kernel.pods[id]
-		if pod.lost || len(pod.pending) > 0 || pod.landedSincePass {
+		if pod.lost || pod.exited || len(pod.pending) > 0 || pod.landedSincePass {
 			continue
 		}
-		target := m.kernel.target(pod.sb)
 		for _, key := range slices.Sorted(maps.Keys(modelKeys)) {
-			name, _, ok := m.kernel.namespaceOf(target, key)
-			if !ok {
+			ns := pod.namespaceOf(key)
+			if ns == nil {
 				continue
 			}
 			want, why := modelKeys[key], "a fresh value"
@@ -538,7 +586,7 @@ func (m *modelMachine) checkConverged(t *rapid.T) {
 			case cfg && (!m.exclude || pod.sb.Namespace != modelExcluded):
 				want, why = v, "the config's"
 			}
-			if got := m.kernel.ns[name][key]; got != want {
+			if got, _ := m.kernel.k.Get(ns, key); got != want {
 				t.Fatalf("after a pass, pod %s (%s) %s = %s, want %s (%s)", id, pod.sb.Namespace, key, got, want, why)
 			}
 		}
@@ -547,9 +595,15 @@ func (m *modelMachine) checkConverged(t *rapid.T) {
 
 func (m *modelMachine) Check(t *rapid.T) {
 	m.kernel.mu.Lock()
-	defer m.kernel.mu.Unlock()
-	if len(m.kernel.breaches) > 0 {
-		t.Fatalf("%s", strings.Join(m.kernel.breaches, "\n"))
+	breaches := slices.Clone(m.kernel.breaches)
+	m.kernel.mu.Unlock()
+	breaches = append(breaches, m.kernel.k.Faults()...)
+	// Each pod held keeps one pidfd open; a visit closes what it opened.
+	if open, held := m.kernel.k.OpenFDs(), len(m.kernel.pods); open > held {
+		breaches = append(breaches, fmt.Sprintf("%d fds open with %d pods known: the plugin leaks fds", open, held))
+	}
+	if len(breaches) > 0 {
+		t.Fatalf("%s", strings.Join(breaches, "\n"))
 	}
 }
 
@@ -578,7 +632,7 @@ func TestModel(t *testing.T) {
 	for _, mode := range []string{"spec", "namespace"} {
 		t.Run(mode, func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
-				m := &modelMachine{mode: mode, kernel: &modelKernel{ns: map[string]map[string]string{}, pods: map[string]*modelPod{}}, cfg: map[string]string{"net.ipv4.tcp_keepalive_time": "600"}, tmp: t.TempDir}
+				m := &modelMachine{mode: mode, kernel: newModelKernel(), cfg: map[string]string{"net.ipv4.tcp_keepalive_time": "600"}, tmp: t.TempDir}
 				m.stateDir = m.tmp()
 				m.start(rt)
 				rt.Repeat(rapid.StateMachineActions(m))

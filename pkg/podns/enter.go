@@ -52,13 +52,14 @@ var enterable = []sysctl.Namespace{sysctl.Net, sysctl.IPC, sysctl.UTS}
 // thread, and remembers the outcome: a key of a namespace that could not
 // be entered gets that namespace's error.
 type entered struct {
+	k    Kernel
 	t    Target
 	verb string // "write" or "read", for the error on a user namespace
 	errs map[sysctl.Namespace]error
 }
 
-func newEntered(t Target, verb string) *entered {
-	return &entered{t: t, verb: verb, errs: map[sysctl.Namespace]error{}}
+func newEntered(k Kernel, t Target, verb string) *entered {
+	return &entered{k: k, t: t, verb: verb, errs: map[sysctl.Namespace]error{}}
 }
 
 // into moves the thread into the namespace key lives in.
@@ -67,7 +68,7 @@ func (e *entered) into(key string) error {
 	if err, done := e.errs[ns]; done {
 		return err
 	}
-	err := setns(e.t, ns, e.verb)
+	err := setns(e.k, e.t, ns, e.verb)
 	e.errs[ns] = err
 	return err
 }
@@ -75,7 +76,7 @@ func (e *entered) into(key string) error {
 // setns moves the calling (locked) thread into the pod's namespace for ns.
 // It checks the namespace it has open, not a path that could meanwhile
 // name another one, and enters that same fd.
-func setns(t Target, ns sysctl.Namespace, verb string) error {
+func setns(k Kernel, t Target, ns sysctl.Namespace, verb string) error {
 	if !slices.Contains(enterable, ns) {
 		return fmt.Errorf("cannot %s %s sysctls from the host", verb, ns)
 	}
@@ -83,18 +84,18 @@ func setns(t Target, ns sysctl.Namespace, verb string) error {
 	if !own {
 		return fmt.Errorf("pod has no %s namespace of its own", ns)
 	}
-	fd, where, err := openNamespace(ref, ns)
+	fd, where, err := openNamespace(k, ref, ns)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	if err := checkFirstSeen(fd, ref, where, ns); err != nil {
+	defer k.Close(fd)
+	if err := checkFirstSeen(k, fd, ref, where, ns); err != nil {
 		return err
 	}
-	if err := refuseHostOrOwn(fd, where, ns, verb); err != nil {
+	if err := refuseHostOrOwn(k, fd, where, ns, verb); err != nil {
 		return err
 	}
-	if err := unix.Setns(fd, ns.CloneFlag()); err != nil {
+	if err := k.Setns(fd, ns); err != nil {
 		return fmt.Errorf("entering %s namespace %s: %w", ns, where, err)
 	}
 	return nil
@@ -109,9 +110,9 @@ var ErrSandboxExited = errors.New("the pod sandbox process has exited")
 // nothing, so it is held with a pidfd across the open of
 // /proc/<pid>/ns/<kind>, and the process checked alive afterwards: the fd
 // is then that process's namespace, even if the pid is reused later.
-func openNamespace(ref NamespaceRef, ns sysctl.Namespace) (fd int, where string, err error) {
+func openNamespace(k Kernel, ref NamespaceRef, ns sysctl.Namespace) (fd int, where string, err error) {
 	if ref.Path != "" {
-		fd, err := unix.Open(ref.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := k.Open(ref.Path)
 		if err != nil {
 			return -1, ref.Path, fmt.Errorf("opening %s namespace %s: %w", ns, ref.Path, err)
 		}
@@ -123,25 +124,25 @@ func openNamespace(ref NamespaceRef, ns sysctl.Namespace) (fd int, where string,
 	where = "/proc/" + strconv.Itoa(ref.Pid) + "/ns/" + ns.ProcName()
 	pidfd := ref.Pidfd
 	if pidfd <= 0 {
-		if pidfd, err = unix.PidfdOpen(ref.Pid, 0); errors.Is(err, unix.ESRCH) {
+		if pidfd, err = k.PidfdOpen(ref.Pid); errors.Is(err, unix.ESRCH) {
 			return -1, where, fmt.Errorf("%s namespace of pid %d: %w", ns, ref.Pid, ErrSandboxExited)
 		} else if err != nil {
 			return -1, where, fmt.Errorf("pidfd_open(%d): %w", ref.Pid, err)
 		}
-		defer unix.Close(pidfd)
+		defer k.Close(pidfd)
 	}
-	fd, err = unix.Open(where, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err = k.Open(where)
 	if err != nil {
 		return -1, where, fmt.Errorf("opening %s namespace %s: %w", ns, where, err)
 	}
-	if err := stillThePods(ref); err != nil {
-		unix.Close(fd)
+	if err := stillThePods(k, ref); err != nil {
+		k.Close(fd)
 		return -1, where, fmt.Errorf("%s namespace of pid %d: %w", ns, ref.Pid, err)
 	}
 	// Checked after the opens: the pid was then still the process the
 	// pidfd holds, so fd is that process's namespace.
-	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-		unix.Close(fd)
+	if err := k.PidfdAlive(pidfd); err != nil {
+		k.Close(fd)
 		return -1, where, fmt.Errorf("%s namespace of pid %d: %w (%w)", ns, ref.Pid, ErrSandboxExited, err)
 	}
 	return fd, where, nil
@@ -149,19 +150,20 @@ func openNamespace(ref NamespaceRef, ns sysctl.Namespace) (fd int, where string,
 
 // stillThePods tells whether ref's process is still in the pod's network
 // namespace (ref.NetPath), when that is known.
-func stillThePods(ref NamespaceRef) error {
+func stillThePods(k Kernel, ref NamespaceRef) error {
 	if ref.NetPath == "" {
 		return nil
 	}
-	var pod, now unix.Stat_t
-	if err := unix.Stat(ref.NetPath, &pod); err != nil {
+	pod, err := k.Stat(ref.NetPath)
+	if err != nil {
 		return fmt.Errorf("%w: its network namespace %s: %w", ErrSandboxExited, ref.NetPath, err)
 	}
 	procNet := "/proc/" + strconv.Itoa(ref.Pid) + "/ns/net"
-	if err := unix.Stat(procNet, &now); err != nil {
+	now, err := k.Stat(procNet)
+	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrSandboxExited, procNet, err)
 	}
-	if pod.Dev != now.Dev || pod.Ino != now.Ino {
+	if pod != now {
 		return fmt.Errorf("%w: pid %d is no longer in the pod's network namespace %s (the pid names another process now)", ErrSandboxExited, ref.Pid, ref.NetPath)
 	}
 	return nil
@@ -177,28 +179,29 @@ var ErrNotPodNamespace = errors.New("not the pod's namespace")
 // which differ when the plugin runs in a container. The host's is pid 1's
 // and, where pid 1 is out of reach, the kernel's fixed number for the
 // initial namespace.
-func refuseHostOrOwn(fd int, where string, ns sysctl.Namespace, verb string) error {
-	var target, own unix.Stat_t
-	if err := unix.Fstat(fd, &target); err != nil {
+func refuseHostOrOwn(k Kernel, fd int, where string, ns sysctl.Namespace, verb string) error {
+	target, err := k.Fstat(fd)
+	if err != nil {
 		return fmt.Errorf("%s namespace %s: %w", ns, where, err)
 	}
 	ownPath := "/proc/self/ns/" + ns.ProcName()
-	if err := unix.Stat(ownPath, &own); err != nil {
+	own, err := k.Stat(ownPath)
+	if err != nil {
 		return fmt.Errorf("reading %s: %w", ownPath, err)
 	}
 	hostByNumber := target.Dev == own.Dev && target.Ino == ns.InitialInode()
-	if hostByNumber || sameAs(target, "/proc/1/ns/"+ns.ProcName()) {
+	if hostByNumber || sameAs(k, target, "/proc/1/ns/"+ns.ProcName()) {
 		return fmt.Errorf("refusing to %s, %w: %s is the host's %s namespace", verb, ErrNotPodNamespace, where, ns)
 	}
-	if target.Dev == own.Dev && target.Ino == own.Ino {
+	if target == own {
 		return fmt.Errorf("refusing to %s, %w: %s is the plugin's own %s namespace", verb, ErrNotPodNamespace, where, ns)
 	}
 	return nil
 }
 
-// sameAs tells whether st is the file at path. A path that cannot be read
+// sameAs tells whether id is the file at path. A path that cannot be read
 // matches nothing.
-func sameAs(st unix.Stat_t, path string) bool {
-	var other unix.Stat_t
-	return unix.Stat(path, &other) == nil && st.Dev == other.Dev && st.Ino == other.Ino
+func sameAs(k Kernel, id NamespaceID, path string) bool {
+	other, err := k.Stat(path)
+	return err == nil && id == other
 }

@@ -7,27 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
-	"golang.org/x/sys/unix"
 )
 
 // NamespaceID is a namespace's identity: the device and inode of its nsfs
 // file, the namespace's for as long as it exists.
 type NamespaceID struct{ Dev, Ino uint64 }
-
-func namespaceIDOf(fd int) (NamespaceID, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return NamespaceID{}, err
-	}
-	return NamespaceID{Dev: st.Dev, Ino: st.Ino}, nil
-}
 
 // ErrNotHeld marks a pod the plugin holds no process of: stopped, removed,
 // or never seen running.
@@ -39,6 +29,7 @@ var ErrNotHeld = errors.New("the pod's sandbox process is not held")
 // every later entry must find again. Close releases it; a Target taken
 // before stays usable until its own release.
 type Held struct {
+	k      Kernel
 	mu     sync.Mutex
 	pidfd  int // -1 once closed
 	target Target
@@ -48,26 +39,31 @@ type Held struct {
 // names (NamespaceRef.Pid set to pid where reached through it), once owner
 // says that pid is the pod's: a pid learnt from the runtime may already
 // name another process. It records each namespace of t as found now.
-func Hold(t Target, pid int, owner func(pid int) error) (*Held, error) {
+func (h Host) Hold(t Target, pid int, owner func(pid int) error) (*Held, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("%w: the pod has no sandbox process", ErrSandboxExited)
 	}
-	pidfd, err := OpenPidfd(pid)
+	pidfd, err := h.OpenPidfd(pid)
 	if err != nil {
 		return nil, err
 	}
-	held, err := holdOpen(t, pid, pidfd, owner)
+	held, err := holdOpen(h.k, t, pid, pidfd, owner)
 	if err != nil {
-		unix.Close(pidfd)
+		h.k.Close(pidfd)
 		return nil, err
 	}
-	return &Held{pidfd: pidfd, target: held}, nil
+	return &Held{k: h.k, pidfd: pidfd, target: held}, nil
+}
+
+// Hold is Linux.Hold.
+func Hold(t Target, pid int, owner func(pid int) error) (*Held, error) {
+	return Linux.Hold(t, pid, owner)
 }
 
 // holdOpen is Hold's checks with the pidfd open: owner's, then each
 // namespace's identity, then the process still alive, so that what was
 // read of pid was read of the process the pidfd holds.
-func holdOpen(t Target, pid, pidfd int, owner func(pid int) error) (Target, error) {
+func holdOpen(k Kernel, t Target, pid, pidfd int, owner func(pid int) error) (Target, error) {
 	if err := owner(pid); err != nil {
 		return nil, fmt.Errorf("pid %d is not the pod's sandbox process: %w", pid, err)
 	}
@@ -79,19 +75,19 @@ func holdOpen(t Target, pid, pidfd int, owner func(pid int) error) (Target, erro
 		if ref.Pid == pid {
 			ref.Pidfd = pidfd
 		}
-		fd, where, err := openNamespace(ref, ns)
+		fd, where, err := openNamespace(k, ref, ns)
 		if err != nil {
 			return nil, err
 		}
-		id, err := namespaceIDOf(fd)
-		unix.Close(fd)
+		id, err := k.Fstat(fd)
+		k.Close(fd)
 		if err != nil {
 			return nil, fmt.Errorf("%s namespace %s: %w", ns, where, err)
 		}
 		ref.ID = id
 		held[ns] = ref
 	}
-	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+	if err := k.PidfdAlive(pidfd); err != nil {
 		return nil, fmt.Errorf("pid %d: %w (%w)", pid, ErrSandboxExited, err)
 	}
 	return held, nil
@@ -106,7 +102,7 @@ func (h *Held) Target() (t Target, release func(), err error) {
 	if h.pidfd < 0 {
 		return nil, nil, ErrNotHeld
 	}
-	dup, err := unix.FcntlInt(uintptr(h.pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	dup, err := h.k.Dup(h.pidfd)
 	if err != nil {
 		return nil, nil, fmt.Errorf("duplicating the sandbox's pidfd: %w", err)
 	}
@@ -117,7 +113,7 @@ func (h *Held) Target() (t Target, release func(), err error) {
 			t[ns] = ref
 		}
 	}
-	return t, func() { unix.Close(dup) }, nil
+	return t, func() { h.k.Close(dup) }, nil
 }
 
 // Close releases the process; Target fails from then on.
@@ -125,7 +121,7 @@ func (h *Held) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.pidfd >= 0 {
-		unix.Close(h.pidfd)
+		h.k.Close(h.pidfd)
 		h.pidfd = -1
 	}
 }
@@ -136,16 +132,21 @@ func (h *Held) Close() {
 // systemd's "slice:prefix:name"); empty, the runtime's default, a cgroup
 // named by the sandbox's ID. A process of another pod, another container
 // or the host is in another cgroup.
-func InSandboxCgroup(sandboxID, cgroupsPath string) func(pid int) error {
+func (h Host) InSandboxCgroup(sandboxID, cgroupsPath string) func(pid int) error {
 	leaves := sandboxCgroupLeaves(sandboxID, cgroupsPath)
 	return func(pid int) error {
 		file := "/proc/" + strconv.Itoa(pid) + "/cgroup"
-		data, err := os.ReadFile(file)
+		data, err := h.k.ReadFile(file)
 		if err != nil {
 			return fmt.Errorf("reading its cgroup: %w", err)
 		}
 		return inCgroupNamed(string(data), leaves)
 	}
+}
+
+// InSandboxCgroup is Linux.InSandboxCgroup.
+func InSandboxCgroup(sandboxID, cgroupsPath string) func(pid int) error {
+	return Linux.InSandboxCgroup(sandboxID, cgroupsPath)
 }
 
 // sandboxCgroupLeaves is the names the sandbox's own cgroup may have, as
@@ -189,11 +190,11 @@ func inCgroupNamed(text string, leaves []string) error {
 // checkFirstSeen refuses a namespace that is not the one ref held when
 // the pod was first seen (ref.ID, when set): a pid or a path that now
 // names another namespace is not the pod's any more.
-func checkFirstSeen(fd int, ref NamespaceRef, where string, ns sysctl.Namespace) error {
+func checkFirstSeen(k Kernel, fd int, ref NamespaceRef, where string, ns sysctl.Namespace) error {
 	if ref.ID == (NamespaceID{}) {
 		return nil
 	}
-	id, err := namespaceIDOf(fd)
+	id, err := k.Fstat(fd)
 	if err != nil {
 		return fmt.Errorf("%s namespace %s: %w", ns, where, err)
 	}

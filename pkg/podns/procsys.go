@@ -98,24 +98,24 @@ func openProcSys() procSys {
 	return procSys{dir: dir}
 }
 
-// close frees the instance and the dentries its lookups made.
-func (p procSys) close() {
+// Close frees the instance and the dentries its lookups made.
+func (p procSys) Close() {
 	if p.dir >= 0 {
 		unix.Close(p.dir)
 	}
 }
 
-// writable makes sure a write can go through: the plugin's /proc/sys may
+// Writable makes sure a write can go through: the plugin's /proc/sys may
 // be read-only (nsthread.WritableProcSys); a visit's own instance is not.
-func (p procSys) writable() error {
+func (p procSys) Writable() error {
 	if p.dir >= 0 {
 		return nil
 	}
 	return nsthread.WritableProcSys()
 }
 
-// read returns key's value, with surrounding white space.
-func (p procSys) read(key string) ([]byte, error) {
+// Read returns key's value, with surrounding white space.
+func (p procSys) Read(key string) ([]byte, error) {
 	f, err := p.open(key, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
@@ -124,8 +124,8 @@ func (p procSys) read(key string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// write sets key to value; an error names the key's /proc/sys path.
-func (p procSys) write(key, value string) error {
+// Write sets key to value; an error names the key's /proc/sys path.
+func (p procSys) Write(key, value string) error {
 	f, err := p.open(key, unix.O_WRONLY)
 	if err != nil {
 		return err

@@ -21,9 +21,9 @@ func TestWriteThroughReadOnlyProcSys(t *testing.T) {
 	// Write makes /proc/sys writable before it enters the namespaces;
 	// Visit after it has entered them to read.
 	for name, write := range map[string]func(Target, []sysctl.Sysctl) []WriteError{
-		"Write": writeLocked,
+		"Write": func(t Target, list []sysctl.Sysctl) []WriteError { return writeLocked(linuxKernel{}, t, list) },
 		"Visit": func(t Target, list []sysctl.Sysctl) []WriteError {
-			return visitLocked(t, []string{list[0].Key()}, func(map[string]Value) []sysctl.Sysctl { return list })
+			return visitLocked(linuxKernel{}, t, []string{list[0].Key()}, func(map[string]Value) []sysctl.Sysctl { return list })
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -157,7 +157,7 @@ func TestNoProcInstanceUnderSeccompFilter(t *testing.T) {
 		t.Fatalf("openProcInstance under a seccomp filter: %v, want %v", err, errSeccompFiltered)
 	}
 	if ps := openProcSys(); ps.dir >= 0 {
-		ps.close()
+		ps.Close()
 		t.Fatal("a visit under a seccomp filter has a proc instance of its own")
 	}
 	netns := newNetns(t)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 	"golang.org/x/sys/unix"
 )
@@ -22,15 +21,18 @@ type Value struct {
 // Read reads each key inside the target namespaces from a throw-away OS
 // thread (nsthread), entered as Write enters them: read-only, and no other
 // goroutine ever runs there.
-func Read(t Target, keys []string) map[string]Value {
+func (h Host) Read(t Target, keys []string) map[string]Value {
 	var out map[string]Value
-	nsthread.Run(func() {
-		ps := openProcSys()
-		defer ps.close()
-		out = readEntered(newEntered(t, "read"), ps, keys)
+	h.k.OnThread(func() {
+		ps := h.k.ProcSys()
+		defer ps.Close()
+		out = readEntered(newEntered(h.k, t, "read"), ps, keys)
 	})
 	return out
 }
+
+// Read is Linux.Read.
+func Read(t Target, keys []string) map[string]Value { return Linux.Read(t, keys) }
 
 // Visit reads keys in the target namespaces, asks decide what to write
 // from what it read, and writes that, all from one throw-away OS thread
@@ -42,16 +44,21 @@ func Read(t Target, keys []string) map[string]Value {
 // opens is the pod's, so it must not open one (nor log through a hook
 // that may), nor change the thread's namespaces. It returns one error per
 // key that could not be written, as Write does.
-func Visit(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
+func (h Host) Visit(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
-	nsthread.Run(func() { errs = visitLocked(t, keys, decide) })
+	h.k.OnThread(func() { errs = visitLocked(h.k, t, keys, decide) })
 	return errs
 }
 
-func visitLocked(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
-	ps := openProcSys()
-	defer ps.close()
-	in := newEntered(t, "read")
+// Visit is Linux.Visit.
+func Visit(t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
+	return Linux.Visit(t, keys, decide)
+}
+
+func visitLocked(k Kernel, t Target, keys []string, decide func(map[string]Value) []sysctl.Sysctl) []WriteError {
+	ps := k.ProcSys()
+	defer ps.Close()
+	in := newEntered(k, t, "read")
 	writes := decide(readEntered(in, ps, keys))
 	if len(writes) == 0 {
 		return nil
@@ -60,14 +67,14 @@ func visitLocked(t Target, keys []string, decide func(map[string]Value) []sysctl
 }
 
 // readEntered reads each key through in and ps, on its locked thread.
-func readEntered(in *entered, ps procSys, keys []string) map[string]Value {
+func readEntered(in *entered, ps ProcSys, keys []string) map[string]Value {
 	out := make(map[string]Value, len(keys))
 	for _, k := range keys {
 		if err := in.into(k); err != nil {
 			out[k] = Value{Err: err}
 			continue
 		}
-		data, err := ps.read(k)
+		data, err := ps.Read(k)
 		out[k] = Value{Value: strings.TrimSpace(string(data)), Err: err}
 	}
 	return out
@@ -83,13 +90,16 @@ type Process struct {
 }
 
 // OpenPidfd takes a pidfd for pid, to hold it from when it is first seen.
-func OpenPidfd(pid int) (int, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
+func (h Host) OpenPidfd(pid int) (int, error) {
+	fd, err := h.k.PidfdOpen(pid)
 	if errors.Is(err, unix.ESRCH) {
 		return -1, fmt.Errorf("pid %d: %w", pid, ErrSandboxExited)
 	}
 	return fd, err
 }
+
+// OpenPidfd is Linux.OpenPidfd.
+func OpenPidfd(pid int) (int, error) { return Linux.OpenPidfd(pid) }
 
 // PidTarget reaches through process p each namespace the host can enter
 // that owns says is the pod's own. The network namespace is reached by

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nri-sysctl/nri-sysctl/pkg/nsthread"
 	"github.com/nri-sysctl/nri-sysctl/pkg/sysctl"
 )
 
@@ -24,24 +23,27 @@ func (e WriteError) Error() string { return fmt.Sprintf("%s %q: %v", e.Key, e.Va
 
 // Write sets each sysctl inside the target namespaces. It returns one error
 // per failed key; the others are still written.
-func Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
+func (h Host) Write(t Target, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
-	nsthread.Run(func() { errs = writeLocked(t, sysctls) })
+	h.k.OnThread(func() { errs = writeLocked(h.k, t, sysctls) })
 	return errs
 }
 
-func writeLocked(t Target, sysctls []sysctl.Sysctl) []WriteError {
-	ps := openProcSys()
-	defer ps.close()
-	return writeEntered(newEntered(t, "write"), ps, sysctls)
+// Write is Linux.Write.
+func Write(t Target, sysctls []sysctl.Sysctl) []WriteError { return Linux.Write(t, sysctls) }
+
+func writeLocked(k Kernel, t Target, sysctls []sysctl.Sysctl) []WriteError {
+	ps := k.ProcSys()
+	defer ps.Close()
+	return writeEntered(newEntered(k, t, "write"), ps, sysctls)
 }
 
 // writeEntered writes each sysctl through in and ps, on its locked thread,
-// first making sure ps can be written (procSys.writable): what /proc/sys
+// first making sure ps can be written (ProcSys.Writable): what /proc/sys
 // shows follows the namespaces the thread entered, before or after.
-func writeEntered(in *entered, ps procSys, sysctls []sysctl.Sysctl) []WriteError {
+func writeEntered(in *entered, ps ProcSys, sysctls []sysctl.Sysctl) []WriteError {
 	var errs []WriteError
-	if err := ps.writable(); err != nil {
+	if err := ps.Writable(); err != nil {
 		for _, s := range sysctls {
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 		}
@@ -52,7 +54,7 @@ func writeEntered(in *entered, ps procSys, sysctls []sysctl.Sysctl) []WriteError
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: err})
 			continue
 		}
-		if err := ps.write(s.Key(), s.Value()); err != nil {
+		if err := ps.Write(s.Key(), s.Value()); err != nil {
 			errs = append(errs, WriteError{Key: s.Key(), Value: s.Value(), Err: unwrapPathError(err)})
 		}
 	}
