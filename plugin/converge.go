@@ -131,6 +131,55 @@ type runningPods struct {
 	// withContainers holds the pods listed at Synchronize with a
 	// container: their values are in place (podRecord.inPlace).
 	withContainers map[string]bool
+	// mayLand holds, per pod listed at Synchronize, the sysctls of the
+	// plugin's that each container's spec carries where runc may have
+	// written them since the plugin last read the pod: a container not
+	// started yet, or started within specLanding (landingAtSync).
+	// syncedAt is when Synchronize listed them.
+	mayLand  map[string][]map[string]string
+	syncedAt time.Time
+}
+
+// landingAtSync is what containers listed at Synchronize may land in the
+// pod (mayLand), and until when: specLanding after the list, as for a
+// container decided then.
+func (r *runningPods) landingAtSync(podID string) ([]map[string]string, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mayLand[podID], r.syncedAt.Add(specLanding)
+}
+
+// mayStillLand tells whether runc may have written c's spec sysctls
+// after the plugin last read its pod, as far as the list at now says:
+// not started (containerd lists a container CREATED from before runc
+// makes it until it runs), or started within specLanding, the time a
+// plugin that saw the start would still have counted the values as
+// landing.
+func mayStillLand(c *api.Container, now time.Time) bool {
+	switch c.GetState() {
+	case api.ContainerState_CONTAINER_CREATED:
+		return true
+	case api.ContainerState_CONTAINER_RUNNING:
+		return c.GetStartedAt() > now.Add(-specLanding).UnixNano()
+	}
+	return false
+}
+
+// carriedOnSpec is the sysctls of the plugin's on c's spec: the keys its
+// nri-sysctl.io/injected annotation names, at the spec's value (what runc
+// writes; the annotation may be cut). nil if the spec carries none.
+func carriedOnSpec(c *api.Container, injected map[string]string) map[string]string {
+	var out map[string]string
+	for key, v := range c.GetLinux().GetSysctl() {
+		if _, ok := injected[key]; !ok {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[key] = v
+	}
+	return out
 }
 
 // listedWithContainers tells whether the pod had a container when
@@ -196,27 +245,35 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 	}
 	injected := map[string]map[string]string{}
 	withContainers := map[string]bool{}
+	mayLand := map[string][]map[string]string{}
+	now := time.Now()
 	for _, c := range ctrs {
-		if next[c.GetPodSandboxId()] == nil {
+		podID := c.GetPodSandboxId()
+		if next[podID] == nil {
 			continue
 		}
-		withContainers[c.GetPodSandboxId()] = true
+		withContainers[podID] = true
 		text, ok := c.GetAnnotations()[outcome.AnnotationInjected]
 		if !ok {
 			continue
 		}
-		m := injected[c.GetPodSandboxId()]
+		m := injected[podID]
 		if m == nil {
 			m = map[string]string{}
-			injected[c.GetPodSandboxId()] = m
+			injected[podID] = m
 		}
-		for k, v := range parseApplied(text) {
-			m[k] = v
+		applied := parseApplied(text)
+		maps.Copy(m, applied)
+		// Bounded as a record's carried containers are: a pod author
+		// chooses how many containers a pod has.
+		if spec := carriedOnSpec(c, applied); spec != nil && mayStillLand(c, now) && len(mayLand[podID]) < maxCarried {
+			mayLand[podID] = append(mayLand[podID], spec)
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pods, r.injected, r.withContainers = next, injected, withContainers
+	r.mayLand, r.syncedAt = mayLand, now
 	// What was reported of pods no longer listed goes with them.
 	maps.DeleteFunc(r.cannot, func(id string, _ map[string]bool) bool { return next[id] == nil })
 	maps.DeleteFunc(r.notHeld, func(id string, _ bool) bool { return next[id] == nil })

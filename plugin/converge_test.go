@@ -141,12 +141,13 @@ func synchronizedPod(t *testing.T, p *plugin, id string) *api.PodSandbox {
 }
 
 // restartedOn is another plugin started on stateDir, as after a restart,
-// over the same namespaces, told of pod at Synchronize.
-func restartedOn(t *testing.T, cfgText, stateDir string, own map[string]string, ns *fakeNamespaces, pod *api.PodSandbox) *plugin {
+// over the same namespaces, told of pod and its containers ctrs at
+// Synchronize.
+func restartedOn(t *testing.T, cfgText, stateDir string, own map[string]string, ns *fakeNamespaces, pod *api.PodSandbox, ctrs ...*api.Container) *plugin {
 	t.Helper()
 	q, _ := newConvergeTest(t, cfgText, stateDir, own)
 	q.readNamespaces, q.writeNamespaces = ns.read, ns.write
-	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, nil); err != nil {
+	if _, err := q.Synchronize(context.Background(), []*api.PodSandbox{pod}, ctrs); err != nil {
 		t.Fatal(err)
 	}
 	return q
@@ -566,6 +567,63 @@ func TestConvergeRedoesWhatALateContainerLanded(t *testing.T) {
 	step("once nothing can land", "")
 	ns.set(key, "650")
 	step("a value set after", "")
+}
+
+// A container decided under an older config whose spec lands after the
+// pass that converged its pod, the plugin restarted in between: the
+// restarted plugin knows the value for its own from the container as
+// Synchronize lists it (created, or started within specLanding), and
+// writes the pod again; one listed as started earlier is past the time a
+// plugin that saw it would have counted it as landing, and its value is
+// left as another writer's.
+func TestSpecLandingAcrossARestart(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	const before, after = "mode: spec\nsysctls:\n  " + key + ": 600\n", "mode: spec\nsysctls:\n  " + key + ": 650\n"
+	for _, tc := range []struct {
+		name       string
+		state      api.ContainerState
+		startedAgo time.Duration
+		want       string
+	}{
+		{"created at the restart, starts after it", api.ContainerState_CONTAINER_CREATED, 0, key + "=650"},
+		{"started just before the restart", api.ContainerState_CONTAINER_RUNNING, time.Second, key + "=650"},
+		{"started long before the restart", api.ContainerState_CONTAINER_RUNNING, 2 * specLanding, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p, ns := newConvergeTest(t, before, dir, nil)
+			pod := synchronizedPod(t, p, "late")
+			ctr := &api.Container{Id: "c", PodSandboxId: pod.GetId(), Name: "c"}
+			adj, _, err := p.CreateContainer(context.Background(), pod, ctr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := adj.GetLinux().GetSysctl()[key]; got != "600" {
+				t.Fatalf("spec %q, want 600", got)
+			}
+			reload(t, p, after)
+			passWrites(t, p, ns)("reload 600 -> 650", key+"=650")
+			p.keepSetPods()
+
+			// As containerd lists it after the restart.
+			ctr.State, ctr.Annotations = tc.state, adj.GetAnnotations()
+			ctr.Linux = &api.LinuxContainer{Sysctl: adj.GetLinux().GetSysctl()}
+			if tc.state == api.ContainerState_CONTAINER_RUNNING {
+				ctr.StartedAt = time.Now().Add(-tc.startedAgo).UnixNano()
+				ns.set(key, "600") // runc wrote it before the restart
+			}
+			q := restartedOn(t, after, dir, nil, ns, pod, ctr)
+			if tc.state == api.ContainerState_CONTAINER_CREATED {
+				passWrites(t, q, ns)("before it starts", "")
+				if q.convergeRetry == nil || !q.convergeRetry.Stop() {
+					t.Error("no later pass asked for, while the created container may still start")
+				}
+				q.convergeRetry = nil
+				ns.set(key, "600") // runc writes it after the restart
+			}
+			passWrites(t, q, ns)("the restarted plugin's pass", tc.want)
+		})
+	}
 }
 
 // Containers created while a reload converges their pod, each landing

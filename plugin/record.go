@@ -6,6 +6,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -311,6 +312,22 @@ func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (va
 		add(r, mark)
 	}
 	return values, until
+}
+
+// landingRecords stands for the decisions of a plugin before this one
+// whose values containers listed at Synchronize may land (spec mode): a
+// record each, whose values land until landsBy. Without them, a value
+// runc writes after a restart would be taken for another writer's.
+func landingRecords(specs []map[string]string, landsBy time.Time) []*podRecord {
+	var out []*podRecord
+	for _, spec := range specs {
+		l := &podRecord{specLandsBy: landsBy}
+		for _, key := range slices.Sorted(maps.Keys(spec)) {
+			l.written = append(l.written, sysctl.New(key, spec[key]))
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // landingWait is how long until no container of the records r keeps as

@@ -218,6 +218,9 @@ func (p *plugin) newRecord(pod *api.PodSandbox) *podRecord {
 	if p.running.listedWithContainers(pod.GetId()) {
 		rec.inPlace, rec.writes = true, writeDone
 	}
+	if rec.cfg.mode != runtimemode.Namespace {
+		rec.landing = landingRecords(p.running.landingAtSync(pod.GetId()))
+	}
 	return rec
 }
 

@@ -204,6 +204,50 @@ func TestConvergeContainerStartedAfterAReload(t *testing.T) {
 	}
 }
 
+// TestSpecLandingAcrossARestart: a spec-mode container decided under 600
+// and created, not started, when a reload converges its pod to 650; the
+// plugin restarts; then the container starts, and runc writes its spec's
+// 600 over 650. The restarted plugin knows 600 for its own from the
+// created container Synchronize listed, and brings the pod back to 650,
+// read inside the container; a plugin that knew nothing of it left 600 as
+// another writer's for good.
+func TestSpecLandingAcrossARestart(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	c := getCluster(t)
+	if c.kernel[key] == "600" || c.kernel[key] == "650" {
+		t.Fatalf("the kernel's %s is already %s: the test would prove nothing", key, c.kernel[key])
+	}
+	stateDir := filepath.Join(t.TempDir(), "pods")
+	addr := freeAddress(t)
+	plugin := startPlugin(t, "sysctls:\n  "+key+": \"600\"\n", "--pod-state-dir", stateDir, "--metrics-address", addr)
+	if mode := pluginMode(plugin); mode != "spec" {
+		t.Skipf("mode %s: no container's spec carries the plugin's values", mode)
+	}
+	pod := runPod(t, PodSpec{Name: "lands-after-restart", Namespace: "e2e-converge-restart"})
+	late := createContainer(t, pod, "late")
+
+	const written = `nri_sysctl_converge_keys_total{result="written"}`
+	before := scrape(t, addr)
+	rewriteConfig(t, plugin.configPath, "sysctls:\n  "+key+": \"650\"\n")
+	sighup(t, plugin)
+	waitUntil(t, 20*time.Second, "the reload's pass to write 650 into the pod", func() (bool, string) {
+		m := scrape(t, addr)
+		return m[written] > before[written], fmt.Sprintf("written %v", m[written])
+	})
+	plugin.stop()
+	startPlugin(t, "sysctls:\n  "+key+": \"650\"\n", "--pod-state-dir", stateDir)
+
+	startContainer(t, late)
+	if got := readSysctl(t, late, key); got != "600" && got != "650" {
+		t.Fatalf("right after it started: %s=%s, want 600 from its spec (or 650, were the plugin that quick)", key, got)
+	}
+	took := waitUntil(t, 75*time.Second, "the pod back at 650 after the container started", func() (bool, string) {
+		got := readSysctl(t, late, key)
+		return got == "650", got
+	})
+	t.Logf("back at 650 %s after the container started", took.Round(time.Second))
+}
+
 // TestConvergeContainerNeverStarted: a spec-mode container the plugin
 // answered for and that never started (removed here, as when its creation fails after
 // the plugin: containerd restarted, a later plugin refused it) leaves its
