@@ -527,11 +527,11 @@ func (m *modelMachine) Restart(t *rapid.T) {
 	// A spec that may land, or landed since the last pass, is known
 	// again from the containers Synchronize lists (landingAtSync); not
 	// modelled: one that lands more than specLanding after the restart.
-	// The worker keeps what the plugin set at once (keepKick); a stop in
-	// the moment between is not modelled (docs/security.md): the state
-	// would then say less than the containers' annotations, which are
-	// not read beside a state.
-	m.p.keepSetPods()
+	// The worker keeps what the plugin set at creation at once
+	// (keepKick); the plugin may stop in the moment between.
+	if rapid.Bool().Draw(t, "keptBeforeStop") {
+		m.p.keepSetPods()
+	}
 	m.p.held.sync(nil) // the old plugin's fds close with its process
 	if !rapid.Bool().Draw(t, "keepState") {
 		m.stateDir = m.tmp()
