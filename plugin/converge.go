@@ -55,7 +55,9 @@ const (
 	// it creates it. A container decided under an older config that
 	// starts after its pod converged writes the older values over the
 	// converged ones: they are the plugin's own, and a pass that long
-	// after the convergence writes the pod again.
+	// after the convergence writes the pod again. One that starts later
+	// still says so at its start (podRecord.started), and values that
+	// landed count as the plugin's for specLanding from then.
 	specLanding = 30 * time.Second
 	// replaceRetry: a pod whose container was decided while the pass
 	// planned it is tried again that much later.
@@ -134,16 +136,17 @@ type runningPods struct {
 	// mayLand holds, per pod listed at Synchronize, the sysctls of the
 	// plugin's that each container's spec carries where runc may have
 	// written them since the plugin last read the pod: a container not
-	// started yet, or started within specLanding (landingAtSync).
-	// syncedAt is when Synchronize listed them.
-	mayLand  map[string][]map[string]string
+	// started yet, or started within specLanding (landingAtSync), each
+	// with its ID while it has not started. syncedAt is when
+	// Synchronize listed them.
+	mayLand  map[string][]carriedSpec
 	syncedAt time.Time
 }
 
 // landingAtSync is what containers listed at Synchronize may land in the
 // pod (mayLand), and until when: specLanding after the list, as for a
 // container decided then.
-func (r *runningPods) landingAtSync(podID string) ([]map[string]string, time.Time) {
+func (r *runningPods) landingAtSync(podID string) ([]carriedSpec, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mayLand[podID], r.syncedAt.Add(specLanding)
@@ -167,17 +170,15 @@ func mayStillLand(c *api.Container, now time.Time) bool {
 
 // carriedOnSpec is the sysctls of the plugin's on c's spec: the keys its
 // nri-sysctl.io/injected annotation names, at the spec's value (what runc
-// writes; the annotation may be cut). nil if the spec carries none.
-func carriedOnSpec(c *api.Container, injected map[string]string) map[string]string {
-	var out map[string]string
-	for key, v := range c.GetLinux().GetSysctl() {
-		if _, ok := injected[key]; !ok {
-			continue
+// writes; the annotation may be cut), sorted. nil if the spec carries
+// none.
+func carriedOnSpec(c *api.Container, injected map[string]string) []sysctl.Sysctl {
+	spec := c.GetLinux().GetSysctl()
+	var out []sysctl.Sysctl
+	for _, key := range slices.Sorted(maps.Keys(spec)) {
+		if _, ok := injected[key]; ok {
+			out = append(out, sysctl.New(key, spec[key]))
 		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[key] = v
 	}
 	return out
 }
@@ -245,7 +246,7 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 	}
 	injected := map[string]map[string]string{}
 	withContainers := map[string]bool{}
-	mayLand := map[string][]map[string]string{}
+	mayLand := map[string][]carriedSpec{}
 	now := time.Now()
 	for _, c := range ctrs {
 		podID := c.GetPodSandboxId()
@@ -267,7 +268,11 @@ func (r *runningPods) set(pods []*api.PodSandbox, ctrs []*api.Container) {
 		// Bounded as a record's carried containers are: a pod author
 		// chooses how many containers a pod has.
 		if spec := carriedOnSpec(c, applied); spec != nil && mayStillLand(c, now) && len(mayLand[podID]) < maxCarried {
-			mayLand[podID] = append(mayLand[podID], spec)
+			l := carriedSpec{values: spec}
+			if c.GetState() == api.ContainerState_CONTAINER_CREATED {
+				l.id = c.GetId()
+			}
+			mayLand[podID] = append(mayLand[podID], l)
 		}
 	}
 	r.mu.Lock()
@@ -497,7 +502,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	if !ok {
 		return 0 // reported by ownSysctls; tried again at the next pass
 	}
-	memory, err := p.loadPodState(rec, injected)
+	memory, kept, err := p.loadPodState(rec, injected)
 	if err != nil {
 		p.recordLog(rec).WithError(err).Warn("cannot read what the plugin set in the pod, so leaving it as it is")
 		p.meter.Load().convergeKeys("failed", 1)
@@ -556,7 +561,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	case next == nil:
 		return wait
 	}
-	if p.applyPlan(rec, steps, memory, writeErrs) {
+	if p.applyPlan(rec, steps, memory, kept, writeErrs) {
 		// Its containers see the defaults now, whatever their
 		// annotations say: no longer lacking (Synchronize's count).
 		p.meter.Load().podHealed(rec.id)
@@ -681,18 +686,19 @@ func convergeKeys(cur *loaded, pod policy.Pod, sysctls podsysctl.PodSysctls, mem
 // else what its containers' annotations say it set before a restart. The
 // annotation is not read beside a state: a key the plugin forgot (put
 // back, or left to another writer once out of the config) would come
-// back from it as the plugin's.
-func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[string]converge.Written, error) {
-	memory := map[string]converge.Written{}
+// back from it as the plugin's. kept tells that the memory is the state
+// file's.
+func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (memory map[string]converge.Written, kept bool, err error) {
+	memory = map[string]converge.Written{}
 	if p.podState != nil {
 		m, err := p.podState.Load(rec.id)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		memory = m
 	}
 	if len(memory) > 0 {
-		return memory, nil
+		return memory, true, nil
 	}
 	for k, v := range injected {
 		memory[k] = converge.Written{Set: v, HasSet: true}
@@ -706,14 +712,16 @@ func (p *plugin) loadPodState(rec *podRecord, injected map[string]string) (map[s
 			memory[k] = w
 		}
 	}
-	return memory, nil
+	return memory, false, nil
 }
 
 // applyPlan reports what the plan's writes (made, with writeErrs the
 // keys that failed) and what it leaves, and keeps what the plugin now
-// holds of each key (memory, updated in place) in the pod's state.
+// holds of each key (memory, updated in place) in the pod's state; kept:
+// memory came from the state (loadPodState), else the state holds none
+// of it yet.
 // converged is false when a key failed or cannot converge.
-func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[string]converge.Written, writeErrs []podns.WriteError) (converged bool) {
+func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[string]converge.Written, kept bool, writeErrs []podns.WriteError) (converged bool) {
 	m := p.meter.Load()
 	log := p.recordLog(rec)
 	var changes []string
@@ -761,8 +769,10 @@ func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[str
 			m.convergeKeys("restored", 1)
 		}
 	}
-	// A pass that changed nothing the plugin holds writes no file.
-	if p.podState != nil && !maps.Equal(held, memory) {
+	// A pass that changed nothing the state holds writes no file. What
+	// came from the annotations or this run's record is written once: a
+	// restart would lose it with the containers that carried it.
+	if p.podState != nil && (!maps.Equal(held, memory) || !kept && len(memory) > 0) {
 		if err := p.podState.Save(rec.id, memory); err != nil {
 			log.WithError(err).Warn("cannot keep what the plugin set in the pod")
 		}
@@ -803,7 +813,7 @@ func (p *plugin) replaceRecord(old *podRecord, mark time.Time, cur *loaded, sb *
 	next.writes = writeDone
 	next.leftToOther = others
 	next.inPlace = true // read and brought to cur
-	next.carried = old.carriedSpecs()
+	next.carried, next.startedLate = old.carriedSpecs()
 	switch swapped, changed := p.records.replace(old, next, time.Now(), mark); {
 	case changed:
 		return nil, replaceRetry

@@ -583,11 +583,13 @@ func TestSpecLandingAcrossARestart(t *testing.T) {
 		name       string
 		state      api.ContainerState
 		startedAgo time.Duration
+		startsLate bool
 		want       string
 	}{
-		{"created at the restart, starts after it", api.ContainerState_CONTAINER_CREATED, 0, key + "=650"},
-		{"started just before the restart", api.ContainerState_CONTAINER_RUNNING, time.Second, key + "=650"},
-		{"started long before the restart", api.ContainerState_CONTAINER_RUNNING, 2 * specLanding, ""},
+		{"created at the restart, starts after it", api.ContainerState_CONTAINER_CREATED, 0, false, key + "=650"},
+		{"created at the restart, starts long after it", api.ContainerState_CONTAINER_CREATED, 0, true, key + "=650"},
+		{"started just before the restart", api.ContainerState_CONTAINER_RUNNING, time.Second, false, key + "=650"},
+		{"started long before the restart", api.ContainerState_CONTAINER_RUNNING, 2 * specLanding, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -619,11 +621,122 @@ func TestSpecLandingAcrossARestart(t *testing.T) {
 					t.Error("no later pass asked for, while the created container may still start")
 				}
 				q.convergeRetry = nil
+				if tc.startsLate {
+					// Past specLanding: only its start tells.
+					q.records.mu.Lock()
+					for _, l := range q.records.pods[pod.GetId()].landing {
+						l.specLandsBy = time.Time{}
+					}
+					q.records.mu.Unlock()
+				}
 				ns.set(key, "600") // runc writes it after the restart
+				select {
+				case <-q.convergeKick:
+				default:
+				}
+				if err := q.StartContainer(context.Background(), pod, ctr); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-q.convergeKick:
+				default:
+					t.Error("no pass asked for when the container started")
+				}
 			}
 			passWrites(t, q, ns)("the restarted plugin's pass", tc.want)
 		})
 	}
+}
+
+// A container decided under 600 starts long after the reload's pass
+// brought its pod to 650, past the time its spec was known to land
+// (specLanding): its start tells the plugin that the older values landed,
+// the worker is asked for a pass, and the pass writes 650 again. A
+// container decided after the pass starts with nothing to redo.
+func TestSpecLandingLongAfterItsDecision(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	const before, after = "mode: spec\nsysctls:\n  " + key + ": 600\n", "mode: spec\nsysctls:\n  " + key + ": 650\n"
+	p, ns := newConvergeTest(t, before, t.TempDir(), nil)
+	p.convergeKick = make(chan struct{}, 1)
+	pod := synchronizedPod(t, p, "slow")
+	step := passWrites(t, p, ns)
+	kicked := func() bool {
+		select {
+		case <-p.convergeKick:
+			return true
+		default:
+			return false
+		}
+	}
+	slow := &api.Container{Id: "slow", Name: "slow"}
+	if _, _, err := p.CreateContainer(context.Background(), pod, slow); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, p, after)
+	kicked()
+	step("reload 600 -> 650", key+"=650")
+	// Long after: no record counts its spec as landing any more.
+	p.records.mu.Lock()
+	for _, l := range p.records.pods[pod.GetId()].landing {
+		l.specLandsBy = time.Time{}
+	}
+	p.records.mu.Unlock()
+	if p.convergeRetry != nil {
+		p.convergeRetry.Stop()
+		p.convergeRetry = nil
+	}
+
+	ns.set(key, "600") // runc creates the container
+	if err := p.StartContainer(context.Background(), pod, slow); err != nil {
+		t.Fatal(err)
+	}
+	if !kicked() {
+		t.Error("no pass asked for when a container decided under 600 started")
+	}
+	step("the pass after it started", key+"=650")
+
+	later := &api.Container{Id: "later", Name: "later"}
+	wantNothingOnSpec(t, "container after the pass", mustCreate(t, p, pod, later))
+	if err := p.StartContainer(context.Background(), pod, later); err != nil {
+		t.Fatal(err)
+	}
+	if kicked() {
+		t.Error("a pass asked for when a container that carried nothing started")
+	}
+	ns.set(key, "900") // another writer's, still left
+	step("another writer", "")
+}
+
+func mustCreate(t *testing.T, p *plugin, pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
+	t.Helper()
+	adj, _, err := p.CreateContainer(context.Background(), pod, ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adj
+}
+
+// What the plugin knows of a pod only from its containers' annotations
+// (it stopped before the worker kept what it set at creation) is kept in
+// the pod's state by the next pass, even a pass that changes none of it:
+// once those containers are gone, a restart would otherwise take the
+// plugin's own value for another writer's and never put it back.
+func TestPassKeepsWhatOnlyTheAnnotationsHeld(t *testing.T) {
+	const key = "net.ipv4.tcp_keepalive_time"
+	const with, without = "mode: spec\nsysctls:\n  " + key + ": 600\n", "mode: spec\nsysctls:\n  net.core.somaxconn: 4096\n"
+	dir := t.TempDir()
+	p, ns := newConvergeTest(t, with, dir, nil)
+	pod := synchronizedPod(t, p, "unkept")
+	ctr := &api.Container{Id: "c", PodSandboxId: pod.GetId(), Name: "c"}
+	adj := mustCreate(t, p, pod, ctr)
+	ctr.State, ctr.Annotations = api.ContainerState_CONTAINER_RUNNING, adj.GetAnnotations()
+	ctr.Linux = &api.LinuxContainer{Sysctl: adj.GetLinux().GetSysctl()}
+	ns.set(key, "600") // runc wrote it; the plugin stops before keeping it
+
+	q := restartedOn(t, with, dir, nil, ns, pod, ctr)
+	passWrites(t, q, ns)("the pass after the restart", "")
+	r := restartedOn(t, without, dir, nil, ns, pod) // the container is gone
+	passWrites(t, r, ns)("the key out of the config", key+"=7200")
 }
 
 // Containers created while a reload converges their pod, each landing

@@ -122,7 +122,7 @@ func TestPodStateWinsOverTheAnnotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	injected := map[string]string{"net.ipv4.ip_unprivileged_port_start": "1024", "net.ipv4.tcp_keepalive_intvl": "30"}
-	got, err := p.loadPodState(p.record(pod), injected)
+	got, _, err := p.loadPodState(p.record(pod), injected)
 	if err != nil {
 		t.Fatal(err)
 	}

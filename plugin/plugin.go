@@ -10,6 +10,7 @@ package plugin
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
@@ -149,7 +150,9 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // StartContainer: the runtime has made the container's task, so runc
 // has written what its spec carried into the pod. If that was the
 // plugin's values (spec mode), they are in place, and the pod's later
-// containers carry none (podRecord.inPlace).
+// containers carry none (podRecord.inPlace). A container decided before
+// a convergence replaced its pod's record landed the older values over
+// the converged ones, however late it started: a pass redoes the pod.
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	if !p.requests.enter() {
 		// Leaving: the connection closes while this waits (leave.go).
@@ -157,8 +160,14 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 		return nil
 	}
 	defer p.requests.done()
-	if rec := p.records.find(pod.GetId()); rec != nil {
-		rec.started(ctr.GetId())
+	rec := p.records.find(pod.GetId())
+	if rec == nil {
+		p.podLog(pod).WithField("container", ctr.GetName()).Debug("container started; no record of its pod")
+		return nil
+	}
+	if rec.started(ctr.GetId(), time.Now()) {
+		p.podLog(pod).WithField("container", ctr.GetName()).Info("a container decided before its pod converged started, with the older values on its spec: converging the pod again")
+		p.kickConvergence()
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -76,7 +75,12 @@ type podRecord struct {
 	// carried (spec mode): the containers whose spec carried the
 	// plugin's values and that have not started yet, at most maxCarried
 	// (the newest); one that starts puts the pod's values in place.
-	carried []string
+	carried []carriedSpec
+	// startedLate (spec mode): what containers decided from an earlier
+	// record carried, as they started after this record replaced
+	// theirs (started): the plugin's own values, landed then, until
+	// specLanding after their start. At most maxCarried.
+	startedLate []carriedSpec
 	// specLandsBy (spec mode; guarded by podRecords.mu, not mu): until
 	// then a container decided from this record may still have runc
 	// write its spec's sysctls into the pod (specLanding).
@@ -311,6 +315,17 @@ func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (va
 	if r.cfg != cur {
 		add(r, mark)
 	}
+	_, late := r.carriedSpecs()
+	for _, l := range late {
+		if now.Before(l.at.Add(specLanding)) {
+			if values == nil {
+				values = map[string][]string{}
+			}
+			for _, s := range l.values {
+				values[s.Key()] = append(values[s.Key()], s.Value())
+			}
+		}
+	}
 	return values, until
 }
 
@@ -318,16 +333,16 @@ func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (va
 // whose values containers listed at Synchronize may land (spec mode): a
 // record each, whose values land until landsBy. Without them, a value
 // runc writes after a restart would be taken for another writer's.
-func landingRecords(specs []map[string]string, landsBy time.Time) []*podRecord {
-	var out []*podRecord
+// carried is those not started yet: whenever they start, they land
+// (started).
+func landingRecords(specs []carriedSpec, landsBy time.Time) (landing []*podRecord, carried []carriedSpec) {
 	for _, spec := range specs {
-		l := &podRecord{specLandsBy: landsBy}
-		for _, key := range slices.Sorted(maps.Keys(spec)) {
-			l.written = append(l.written, sysctl.New(key, spec[key]))
+		landing = append(landing, &podRecord{specLandsBy: landsBy, written: spec.values})
+		if spec.id != "" {
+			carried = append(carried, spec)
 		}
-		out = append(out, l)
 	}
-	return out
+	return landing, carried
 }
 
 // landingWait is how long until no container of the records r keeps as
@@ -375,7 +390,15 @@ func (r *podRecord) noteSetOnSpec(ctrID string, applied []sysctl.Sysctl) {
 	if len(r.carried) == maxCarried {
 		r.carried = r.carried[1:] // the oldest: it then never counts
 	}
-	r.carried = append(r.carried, ctrID)
+	r.carried = append(r.carried, carriedSpec{id: ctrID, values: applied})
+}
+
+// carriedSpec is a container whose spec carried the plugin's values, and
+// those values; at is when it started (startedLate).
+type carriedSpec struct {
+	id     string
+	values []sysctl.Sysctl
+	at     time.Time
 }
 
 // maxCarried bounds the containers a record keeps as carrying the
@@ -386,21 +409,51 @@ const maxCarried = 8
 
 // started notes that a container of the pod started: runc has written
 // what its spec carried, so if it carried the plugin's values, they are
-// in place.
-func (r *podRecord) started(ctrID string) {
+// in place. late tells that they are not what the record holds: the
+// container was decided from a record a convergence replaced since, and
+// its values, the plugin's own, landed over the converged ones
+// (startedLate), for a pass to redo now.
+func (r *podRecord) started(ctrID string, now time.Time) (late bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if i := slices.Index(r.carried, ctrID); i >= 0 {
-		r.carried = slices.Delete(r.carried, i, i+1)
-		r.inPlace = true
+	i := slices.IndexFunc(r.carried, func(c carriedSpec) bool { return c.id == ctrID })
+	if i < 0 {
+		return false
 	}
+	c := r.carried[i]
+	r.carried = slices.Delete(r.carried, i, i+1)
+	r.inPlace = true
+	if sameSysctls(c.values, r.written) {
+		return false
+	}
+	c.at = now
+	r.startedLate = slices.DeleteFunc(r.startedLate, func(l carriedSpec) bool { return !now.Before(l.at.Add(specLanding)) })
+	if len(r.startedLate) == maxCarried {
+		r.startedLate = r.startedLate[1:]
+	}
+	r.startedLate = append(r.startedLate, c)
+	return true
 }
 
-// carriedSpecs is a copy of carried, for the record that replaces r.
-func (r *podRecord) carriedSpecs() []string {
+// sameSysctls tells whether a and b hold the same keys at the same values.
+func sameSysctls(a, b []sysctl.Sysctl) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// carriedSpecs is copies of carried and startedLate, for the record that
+// replaces r.
+func (r *podRecord) carriedSpecs() (carried, startedLate []carriedSpec) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.carried)
+	return slices.Clone(r.carried), slices.Clone(r.startedLate)
 }
 
 // valuesInPlace tells whether the pod's values are in place (inPlace).

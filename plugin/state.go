@@ -219,7 +219,7 @@ func (p *plugin) newRecord(pod *api.PodSandbox) *podRecord {
 		rec.inPlace, rec.writes = true, writeDone
 	}
 	if rec.cfg.mode != runtimemode.Namespace {
-		rec.landing = landingRecords(p.running.landingAtSync(pod.GetId()))
+		rec.landing, rec.carried = landingRecords(p.running.landingAtSync(pod.GetId()))
 	}
 	return rec
 }
