@@ -160,12 +160,7 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 		return nil
 	}
 	defer p.requests.done()
-	rec := p.records.find(pod.GetId())
-	if rec == nil {
-		p.podLog(pod).WithField("container", ctr.GetName()).Debug("container started; no record of its pod")
-		return nil
-	}
-	if rec.started(ctr.GetId(), time.Now()) {
+	if rec := p.records.find(pod.GetId()); rec != nil && rec.started(ctr.GetId(), time.Now()) {
 		p.podLog(pod).WithField("container", ctr.GetName()).Info("a container decided before its pod converged started, with the older values on its spec: converging the pod again")
 		p.kickConvergence()
 	}

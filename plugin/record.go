@@ -295,14 +295,14 @@ func (r *podRecord) namespaceOutcome() (written []sysctl.Sysctl, errs []podns.Wr
 // that its values are nobody's. values is what they put on their specs,
 // key by key; until is when the last of them can land.
 func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (values map[string][]string, until time.Time) {
-	add := func(l *podRecord, by time.Time) {
+	add := func(set []sysctl.Sysctl, by time.Time) {
 		if !now.Before(by.Add(specLanding)) {
 			return
 		}
 		if values == nil {
 			values = map[string][]string{}
 		}
-		for _, s := range l.setByPlugin() {
+		for _, s := range set {
 			values[s.Key()] = append(values[s.Key()], s.Value())
 		}
 		if by.After(until) {
@@ -310,21 +310,16 @@ func (r *podRecord) landingSince(mark time.Time, cur *loaded, now time.Time) (va
 		}
 	}
 	for _, l := range r.landing {
-		add(l, l.specLandsBy) // a replaced record's: no longer changes
+		add(l.setByPlugin(), l.specLandsBy) // a replaced record's: no longer changes
 	}
 	if r.cfg != cur {
-		add(r, mark)
+		add(r.setByPlugin(), mark)
 	}
-	_, late := r.carriedSpecs()
+	r.mu.Lock()
+	late := slices.Clone(r.startedLate)
+	r.mu.Unlock()
 	for _, l := range late {
-		if now.Before(l.at.Add(specLanding)) {
-			if values == nil {
-				values = map[string][]string{}
-			}
-			for _, s := range l.values {
-				values[s.Key()] = append(values[s.Key()], s.Value())
-			}
-		}
+		add(l.values, l.at) // landed at its start
 	}
 	return values, until
 }

@@ -55,11 +55,6 @@ func (h Host) Hold(t Target, pid int, owner func(pid int) error) (*Held, error) 
 	return &Held{k: h.k, pidfd: pidfd, target: held}, nil
 }
 
-// Hold is Linux.Hold.
-func Hold(t Target, pid int, owner func(pid int) error) (*Held, error) {
-	return Linux.Hold(t, pid, owner)
-}
-
 // holdOpen is Hold's checks with the pidfd open: owner's, then each
 // namespace's identity, then the process still alive, so that what was
 // read of pid was read of the process the pidfd holds.
@@ -142,11 +137,6 @@ func (h Host) InSandboxCgroup(sandboxID, cgroupsPath string) func(pid int) error
 		}
 		return inCgroupNamed(string(data), leaves)
 	}
-}
-
-// InSandboxCgroup is Linux.InSandboxCgroup.
-func InSandboxCgroup(sandboxID, cgroupsPath string) func(pid int) error {
-	return Linux.InSandboxCgroup(sandboxID, cgroupsPath)
 }
 
 // sandboxCgroupLeaves is the names the sandbox's own cgroup may have, as

@@ -74,13 +74,13 @@ func TestInSandboxCgroupReadsTheProcess(t *testing.T) {
 	needRoot(t)
 	const id = "nri-sysctl-test-sandbox-cgroup"
 	pid := podnstest.StartInCgroup(t, syscall.CLONE_NEWIPC, id)
-	if err := InSandboxCgroup(id, "")(pid); err != nil {
+	if err := Linux.InSandboxCgroup(id, "")(pid); err != nil {
 		t.Errorf("the sandbox's own process: %v", err)
 	}
-	if err := InSandboxCgroup(id, "/kubepods/pod/"+id)(pid); err != nil {
+	if err := Linux.InSandboxCgroup(id, "/kubepods/pod/"+id)(pid); err != nil {
 		t.Errorf("the sandbox's own process, cgroupfs path: %v", err)
 	}
-	if err := InSandboxCgroup("another-sandbox", "")(pid); err == nil {
+	if err := Linux.InSandboxCgroup("another-sandbox", "")(pid); err == nil {
 		t.Error("a process of another sandbox's cgroup was taken as this one's")
 	}
 }
@@ -90,10 +90,10 @@ func TestHoldRefusesAProcessNotThePods(t *testing.T) {
 	needRoot(t)
 	pid := podnstest.Start(t, syscall.CLONE_NEWIPC|syscall.CLONE_NEWUTS)
 	notIt := errors.New("in another cgroup")
-	if _, err := Hold(ipcTarget(pid), pid, func(int) error { return notIt }); !errors.Is(err, notIt) {
+	if _, err := Linux.Hold(ipcTarget(pid), pid, func(int) error { return notIt }); !errors.Is(err, notIt) {
 		t.Fatalf("Hold with an owner that refuses: %v, want %v", err, notIt)
 	}
-	if _, err := Hold(ipcTarget(pid), 0, acceptAny); !errors.Is(err, ErrSandboxExited) {
+	if _, err := Linux.Hold(ipcTarget(pid), 0, acceptAny); !errors.Is(err, ErrSandboxExited) {
 		t.Errorf("Hold of pid 0: %v, want %v", err, ErrSandboxExited)
 	}
 }
@@ -105,7 +105,7 @@ func TestHoldRefusesAProcessNotThePods(t *testing.T) {
 func TestHeldPodWritesNothingIntoAReusedPid(t *testing.T) {
 	needRoot(t)
 	pid := podnstest.Start(t, syscall.CLONE_NEWIPC|syscall.CLONE_NEWUTS)
-	held, err := Hold(ipcTarget(pid), pid, acceptAny)
+	held, err := Linux.Hold(ipcTarget(pid), pid, acceptAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestHeldNamespaceThatChangedIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
-	held, err := Hold(Target{sysctl.IPC: {Pid: pid}}, pid, acceptAny)
+	held, err := Linux.Hold(Target{sysctl.IPC: {Pid: pid}}, pid, acceptAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func waitForNamespaceChange(t *testing.T, pid int, first string) {
 func TestHeldTargetOutlivesClose(t *testing.T) {
 	needRoot(t)
 	pid := podnstest.Start(t, syscall.CLONE_NEWIPC|syscall.CLONE_NEWUTS)
-	held, err := Hold(ipcTarget(pid), pid, acceptAny)
+	held, err := Linux.Hold(ipcTarget(pid), pid, acceptAny)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +215,11 @@ func BenchmarkHold(b *testing.B) {
 	}
 	const cgroup = "nri-sysctl-bench-hold"
 	pid := podnstest.StartInCgroup(b, syscall.CLONE_NEWIPC|syscall.CLONE_NEWUTS, cgroup)
-	owner := InSandboxCgroup("unused", "/"+cgroup)
+	owner := Linux.InSandboxCgroup("unused", "/"+cgroup)
 	b.Run("Hold", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			held, err := Hold(ipcTarget(pid), pid, owner)
+			held, err := Linux.Hold(ipcTarget(pid), pid, owner)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -227,7 +227,7 @@ func BenchmarkHold(b *testing.B) {
 		}
 	})
 	b.Run("Target", func(b *testing.B) {
-		held, err := Hold(ipcTarget(pid), pid, owner)
+		held, err := Linux.Hold(ipcTarget(pid), pid, owner)
 		if err != nil {
 			b.Fatal(err)
 		}
