@@ -34,7 +34,7 @@ build_env = CGO_ENABLED=0 GOOS=linux $(if $(BUILD_GOCACHE),GOCACHE=$(abspath $(B
 go_build = $(build_env) GOARCH=$(1) $(GO) build $(GOFLAGS_BUILD) -o $(call arch_bin,$(1)) ./plugin/cmd/nri-sysctl
 
 # containerd versions the end-to-end tests run against (see docs/modes-and-runtimes.md).
-E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.9 v2.1.9 v2.0.14 v1.7.35
+E2E_CONTAINERD_VERSIONS ?= v2.4.2 v2.3.7 v2.2.10 v2.1.9 v2.0.14 v1.7.36
 
 # The container image (make image): an OCI image layout archive.
 IMAGE_NAME ?= localhost/nri-sysctl
@@ -59,7 +59,7 @@ COSIGN_VERSION ?= v2.6.5
 COSIGN := $(CACHE)/cosign-$(COSIGN_VERSION)/bin/cosign
 
 
-.PHONY: publish verify-published release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup
+.PHONY: publish verify-published release reproduce notices notices-update notices-make packages packages-lint all build arch-test chart version test unit vet lint fmt-check fuzz-smoke e2e setup test-all demo install clean manifests image e2e-k8s vm-test vm-setup newer-patches
 
 all: build
 
@@ -272,6 +272,12 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime $(call fuzz_budget,150000x) ./pkg/sysctl/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(call fuzz_budget,100000x) ./pkg/policy/
 
+## newer-patches: ask the Go module proxy, by number, for releases newer
+## than the suite tests (the next patches of each containerd line, the next
+## line, the tools test/setup.sh pins); prints them, never fails.
+newer-patches:
+	@hack/newer-patches.sh $(E2E_CONTAINERD_VERSIONS)
+
 ## setup: install what the end-to-end tests need (apt packages, containerd, crictl, helm).
 setup:
 	test/setup.sh $(E2E_CONTAINERD_VERSIONS)
@@ -284,8 +290,8 @@ setup:
 ## Every case on every line: make e2e E2E_FULL_VERSIONS="$(E2E_CONTAINERD_VERSIONS)".
 ## E2E_JOBS=2 (the default) runs the FULL lines and the others as two
 ## streams at once, E2E_JOBS=1 one line after another (test/e2e.sh says why).
-E2E_FULL_VERSIONS ?= v2.4.2 v2.2.9
-E2E_LINE_CASES = ^(TestHarness|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass|TestConvergeStoppedPodWritesNothing|TestConvergeListAcrossRestarts|TestConvergeFirstWriteKeepsAnEarlierWriter|TestNextContainerKeepsAnotherWritersValue)$$
+E2E_FULL_VERSIONS ?= v2.4.2 v2.2.10
+E2E_LINE_CASES = ^(TestHarness|TestVendoredNRIMatchesTheDocs|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass|TestConvergeStoppedPodWritesNothing|TestConvergeListAcrossRestarts|TestConvergeFirstWriteKeepsAnEarlierWriter|TestNextContainerKeepsAnotherWritersValue)$$
 E2E_JOBS ?= 2
 e2e: build
 	GO='$(GO)' E2E_JOBS='$(E2E_JOBS)' test/e2e.sh '$(E2E_CONTAINERD_VERSIONS)' '$(E2E_FULL_VERSIONS)' '$(E2E_LINE_CASES)'
@@ -304,7 +310,7 @@ e2e: build
 ##    mode). docs/testing-kubernetes.md describes the harness.
 ## Namespace mode on 2.1.9 under Kubernetes: E2E_K8S_CONTAINERD_VERSIONS="v2.4.2 v2.1.9".
 E2E_K8S_CONTAINERD_VERSIONS ?= v2.4.2
-E2E_K8S_TWO_NODES ?= v2.4.2 v2.2.9
+E2E_K8S_TWO_NODES ?= v2.4.2 v2.2.10
 e2e-k8s: image notices-make
 	test/setup.sh --k8s $(sort $(E2E_K8S_CONTAINERD_VERSIONS) $(E2E_K8S_TWO_NODES))
 	$(MAKE) --no-print-directory chart
@@ -333,7 +339,7 @@ test-all:
 test-all: export NRI_SYSCTL_REQUIRE_HELM = 1
 
 ## vm-setup: what the VM test needs (qemu, mmdebstrap, containerd, kubelet).
-VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.9
+VM_CONTAINERD_VERSIONS ?= v2.4.2 v2.2.10
 vm-setup:
 	test/vm/setup.sh $(VM_CONTAINERD_VERSIONS)
 

@@ -89,9 +89,9 @@ var (
 )
 
 // runtimeLine maps a runtime's releases to the NRI they vendor, for runtimes
-// that do not report it. Each entry is the first release of a line; the
-// table is read from the vendored go.mod of each release (docs/modes-and-runtimes.md,
-// "Compatibility").
+// that do not report it. Each entry is the first release from which its NRI
+// is vendored, read from the releases' go.mod; test/e2e's
+// TestVendoredNRIMatchesTheDocs holds it to each binary the suite builds.
 type runtimeLine struct {
 	from version
 	nri  version
@@ -100,6 +100,7 @@ type runtimeLine struct {
 var vendoredNRI = map[string][]runtimeLine{
 	"containerd": {
 		{version{1, 7, 0}, version{0, 3, 0}},
+		{version{1, 7, 26}, version{0, 8, 0}},
 		{version{2, 0, 0}, version{0, 8, 0}},
 		{version{2, 2, 0}, version{0, 10, 0}},
 		{version{2, 2, 1}, version{0, 11, 0}},

@@ -26,7 +26,8 @@ func TestDecide(t *testing.T) {
 		{Runtime{Name: "containerd", Version: "2.2.0"}, Namespace},
 		{Runtime{Name: "containerd", Version: "2.1.9+unknown"}, Namespace},
 		{Runtime{Name: "containerd", Version: "2.0.14"}, Namespace},
-		{Runtime{Name: "containerd", Version: "v1.7.35"}, Namespace},
+		{Runtime{Name: "containerd", Version: "v1.7.36"}, Namespace},
+		{Runtime{Name: "containerd", Version: "1.7.25"}, Namespace},
 		{Runtime{Name: "containerd", Version: "1.6.9"}, Namespace},
 		{Runtime{Name: "containerd", Version: ""}, Namespace},
 		{Runtime{Name: "containerd", Version: "main"}, Namespace},
@@ -49,6 +50,17 @@ func TestDecide(t *testing.T) {
 		}
 		if why == "" {
 			t.Errorf("Decide(%+v) gave no reason", tc.rt)
+		}
+	}
+}
+
+// The reason names the NRI the release vendors (1.7 has v0.8.0 from 1.7.26;
+// its earlier patches, which the table spans with v0.3.0, vendored v0.3 to
+// v0.6: the mode is the same).
+func TestDecideNamesTheVendoredNRI(t *testing.T) {
+	for version, nri := range map[string]string{"1.7.26": "v0.8.0", "v1.7.36": "v0.8.0", "2.1.9": "v0.8.0", "2.2.10": "v0.11.0", "2.3.7": "v0.12.0"} {
+		if _, why := Decide(Runtime{Name: "containerd", Version: version}); !strings.Contains(why, "NRI "+nri+" ") {
+			t.Errorf("containerd %s: reason %q, want it to name NRI %s", version, why, nri)
 		}
 	}
 }

@@ -206,7 +206,7 @@ func runPod(t *testing.T, spec PodSpec) *Pod {
 // removePod stops and removes a pod; errors are only logged.
 //
 // Its containers are removed before it, as the kubelet does: containerd's
-// RemovePodSandbox (every line here, 1.7.35 to 2.4.2) removes the
+// RemovePodSandbox (every line here, 1.7.36 to 2.4.2) removes the
 // containers left in a pod while it blocks NRI's plugin sync, and each
 // removal blocks it again; a plugin registering in between deadlocks
 // containerd's CRI (make soak, whose plugin restarts while pods go, met

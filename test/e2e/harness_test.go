@@ -234,13 +234,27 @@ func checkOverlay() error {
 	return syscall.Unmount(merged, syscall.MNT_DETACH)
 }
 
+// harnessContainerdVersion is the containerd line this run tests, "v" first.
+func harnessContainerdVersion() string {
+	v := envOr("NRI_SYSCTL_CONTAINERD_VERSION", defaultContainerdVersion)
+	if !strings.HasPrefix(v, "v") {
+		v = "v" + v
+	}
+	return v
+}
+
+// containerdBinDir is where test/setup.sh builds containerd, its shim and ctr.
+func containerdBinDir(cacheDir, version string) string {
+	return filepath.Join(cacheDir, "containerd-"+version, "bin")
+}
+
 func startCluster() (c *cluster, skip string, err error) {
 	if r := skipReason(); r != "" {
 		return nil, r, nil
 	}
 	start := time.Now()
 	c = &cluster{
-		version:  envOr("NRI_SYSCTL_CONTAINERD_VERSION", defaultContainerdVersion),
+		version:  harnessContainerdVersion(),
 		cacheDir: envOr("NRI_SYSCTL_CACHE", defaultCache),
 		plugins:  map[*pluginProc]bool{},
 
@@ -248,10 +262,7 @@ func startCluster() (c *cluster, skip string, err error) {
 
 		dumpRegistered: map[*testing.T]bool{},
 	}
-	if !strings.HasPrefix(c.version, "v") {
-		c.version = "v" + c.version
-	}
-	c.binDir = filepath.Join(c.cacheDir, "containerd-"+c.version, "bin")
+	c.binDir = containerdBinDir(c.cacheDir, c.version)
 	c.crictlPath = filepath.Join(c.cacheDir, "crictl-"+envOr("NRI_SYSCTL_CRICTL_VERSION", defaultCrictlVersion), "bin", "crictl")
 	for _, p := range []string{filepath.Join(c.binDir, "containerd"), filepath.Join(c.binDir, "containerd-shim-runc-v2"), filepath.Join(c.binDir, "ctr"), c.crictlPath} {
 		if _, err := os.Stat(p); err != nil {

@@ -5,7 +5,7 @@ package e2e
 
 // A cluster of two nodes on this machine (make e2e-k8s):
 // node 1 is the harness's containerd (v2.4.2) with the kubelet of
-// k8s_cluster_test.go; node 2 is a second containerd (v2.2.9) and a second
+// k8s_cluster_test.go; node 2 is a second containerd (v2.2.10) and a second
 // kubelet, both in a mount namespace of their own. One release of the chart
 // names the same hostPaths (the NRI and containerd socket directories, the
 // netns directory, the last good config's directory) on every node, so in
@@ -35,7 +35,7 @@ import (
 const (
 	node2Name                     = "nri-sysctl-e2e-node2"
 	node2Subnet                   = "10.88.78.0/24"
-	defaultNode2ContainerdVersion = "v2.2.9"
+	defaultNode2ContainerdVersion = "v2.2.10"
 )
 
 // secondNode is node 2: its containerd (with host-visible paths, for
@@ -67,7 +67,7 @@ func startSecondNode(t *testing.T, k *k8sCluster, c1 *cluster, version string, s
 	start := time.Now()
 	c := &cluster{version: version, cacheDir: c1.cacheDir, crictlPath: c1.crictlPath, pluginBin: c1.pluginBin, repoRoot: c1.repoRoot,
 		plugins: map[*pluginProc]bool{}, dumpRegistered: map[*testing.T]bool{}, tmp: filepath.Join(c1.tmp, "n2")}
-	c.binDir = filepath.Join(c.cacheDir, "containerd-"+version, "bin")
+	c.binDir = containerdBinDir(c.cacheDir, version)
 	if _, err := os.Stat(filepath.Join(c.binDir, "containerd")); err != nil {
 		t.Fatalf("containerd %s is missing: run `sudo test/setup.sh %s` first", version, version)
 	}

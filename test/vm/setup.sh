@@ -13,13 +13,13 @@
 # Idempotent; everything built lands in ${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}
 # and is reused. The node image itself is built (and cached) by the test.
 #
-# Usage: test/vm/setup.sh [CONTAINERD_VERSION...]   (default: v2.4.2 v2.2.9)
+# Usage: test/vm/setup.sh [CONTAINERD_VERSION...]   (default: v2.4.2 v2.2.10)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export DEBIAN_FRONTEND=noninteractive
 
 VERSIONS=("$@")
-[[ ${#VERSIONS[@]} -gt 0 ]] || VERSIONS=(v2.4.2 v2.2.9)
+[[ ${#VERSIONS[@]} -gt 0 ]] || VERSIONS=(v2.4.2 v2.2.10)
 APT_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap e2fsprogs libseccomp-dev pkg-config)
 CACHE=${NRI_SYSCTL_CACHE:-/var/cache/nri-sysctl-e2e}
 RUNC_VERSION=v1.5.3

@@ -7,7 +7,7 @@
 // and from the VM's host namespaces, that the node's first pods get their
 // defaults, that reload, containerd restarts and a killed plugin behave as
 // docs/deploying.md says, the pre-installed set-up, namespace mode on containerd
-// 2.2.9 under the hardened unit, the unit's systemd-analyze exposure, and the
+// 2.2.10 under the hardened unit, the unit's systemd-analyze exposure, and the
 // package's upgrade (kept conffile, restart) and removal (kubelet startable).
 // The plugin's own log is never the proof.
 //
@@ -46,8 +46,8 @@ const (
 	usernsRuncVersion = "v1.5.3"
 	nodeName          = "vmnode"
 
-	specContainerd      = "v2.4.2" // spec mode (>= 2.3: NRI v0.12)
-	namespaceContainerd = "v2.2.9" // auto mode picks namespace mode (NRI v0.11 panics on sysctl adjustments)
+	specContainerd      = "v2.4.2"  // spec mode (>= 2.3: NRI v0.12)
+	namespaceContainerd = "v2.2.10" // auto mode picks namespace mode (NRI v0.11 panics on sysctl adjustments)
 )
 
 // podTimeout is how long the node's static pods may take to run after boot.
