@@ -45,8 +45,8 @@ const (
 	// sandbox is set up before its first request), so while pods are
 	// being created the worker takes one pod per yieldWait, about 1 % of
 	// a core, and still converges 200 pods within a minute; on a node
-	// creating none it goes on at its pace. At 50 ms, pods created one
-	// after another paid some 10 % at p50 (docs/benchmarks.md).
+	// creating none it goes on at its pace (docs/benchmarks.md has the
+	// figures).
 	yieldQuiet = 2 * time.Second
 	yieldWait  = 250 * time.Millisecond
 	// specLanding is how long after a spec-mode container's decision its
@@ -63,9 +63,8 @@ const (
 	// planned it is tried again that much later.
 	replaceRetry = time.Second
 	// convergeShare: the worker rests (convergeShare-1) times the CPU
-	// each pod cost (pacer). Its threads run at nice 19, but on two cores
-	// a worker busy for a whole pass still slowed pod creation by about
-	// 10 % (docs/benchmarks.md).
+	// each pod cost (pacer): nice 19 alone does not keep a worker busy
+	// for a whole pass off a two-core node's create path.
 	convergeShare = 3
 	// pacerMinRest and pacerMaxRest: rest is taken once it reaches the
 	// first (a sleep per pod would cost more than the pod), and a rest is
@@ -505,7 +504,7 @@ func (p *plugin) convergePod(ctx context.Context, cur *loaded, sb *api.PodSandbo
 	memory, kept, err := p.loadPodState(rec, injected)
 	if err != nil {
 		p.recordLog(rec).WithError(err).Warn("cannot read what the plugin set in the pod, so leaving it as it is")
-		p.meter.Load().convergeKeys("failed", 1)
+		p.meter.Load().convergeKeys(converge.KeyFailed, 1)
 		return 0
 	}
 	keys := convergeKeys(cur, info, own, memory)
@@ -727,14 +726,14 @@ func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[str
 	var changes []string
 	held := maps.Clone(memory)
 	for _, s := range steps {
-		switch s.Action {
+		switch r, _ := s.Action.Result(); s.Action {
 		case converge.LeaveToOther:
-			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("left to another writer")
-			m.convergeKeys("left_to_other", 1)
+			log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn(r.Says())
+			m.convergeKeys(r, 1)
 		case converge.CannotConverge:
 			if p.running.firstCannot(rec.id, s.Key) {
-				log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn("cannot converge")
-				m.convergeKeys("cannot_converge", 1)
+				log.WithFields(logrus.Fields{"key": s.Key, "reason": s.Reason}).Warn(r.Says())
+				m.convergeKeys(r, 1)
 			}
 		}
 	}
@@ -747,9 +746,9 @@ func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[str
 			return false
 		}
 		failed[e.Key] = true
-		log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn("cannot converge the key in the running pod; trying again at the next convergence")
+		log.WithFields(logrus.Fields{"key": e.Key, "value": e.Value, "reason": e.Err.Error()}).Warn(converge.KeyFailed.Says())
 	}
-	m.convergeKeys("failed", len(failed))
+	m.convergeKeys(converge.KeyFailed, len(failed))
 	for _, s := range steps {
 		if failed[s.Key] {
 			continue // the plugin's memory of it stays as it was
@@ -760,13 +759,10 @@ func (p *plugin) applyPlan(rec *podRecord, steps []converge.Step, memory map[str
 		case s.Remember.HasSet || s.Remember.HasBefore:
 			memory[s.Key] = s.Remember
 		}
-		switch s.Action {
-		case converge.Write:
+		if s.Action == converge.Write || s.Action == converge.Restore {
+			r, _ := s.Action.Result()
 			changes = append(changes, s.Key+": "+s.Reason)
-			m.convergeKeys("written", 1)
-		case converge.Restore:
-			changes = append(changes, s.Key+": "+s.Reason)
-			m.convergeKeys("restored", 1)
+			m.convergeKeys(r, 1)
 		}
 	}
 	// A pass that changed nothing the state holds writes no file. What

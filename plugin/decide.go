@@ -75,7 +75,7 @@ func (p *plugin) decideForPod(ctx context.Context, rec *podRecord, existing map[
 	}
 	in := policy.Input{Pod: rec.pod, Existing: sysctl.NormalizeKeys(existing), PodOwn: own.Own, GIDMappings: own.GIDMappings, Writer: rec.cfg.mode.Writer()}
 	d := rec.cfg.policy.Decide(in)
-	if (len(d.Profiles) > 0 || d.ProfilesRefused != "") && rec.firstProfileReport() {
+	if (len(d.ProfilesAsked) > 0 || d.ProfilesRefused() != "") && rec.firstProfileReport() {
 		p.reportProfiles(rec, d)
 	}
 	return d, own, true
@@ -108,10 +108,10 @@ func (p *plugin) ownSysctls(ctx context.Context, rec *podRecord) (podsysctl.PodS
 func (p *plugin) reportProfiles(rec *podRecord, d policy.Decision) {
 	p.meter.Load().profilesDecided(d)
 	log := p.recordLog(rec)
-	if d.ProfilesRefused != "" {
-		log.WithFields(logrus.Fields{"result": string(policy.ProfileRefused), "reason": d.ProfilesRefused}).Warn("profiles annotation refused; the pod gets the defaults and rules without profiles")
+	if refused := d.ProfilesRefused(); refused != "" {
+		log.WithFields(logrus.Fields{"result": string(policy.ProfileRefused), "reason": refused}).Warn("profiles annotation refused; the pod gets the defaults and rules without profiles")
 	}
-	for _, r := range d.Profiles {
+	for _, r := range d.Profiles() {
 		if r.Result == policy.ProfileApplied {
 			log.WithFields(logrus.Fields{"profile": r.Name, "result": string(r.Result)}).Debug("profile applied")
 			continue

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-sysctl/nri-sysctl/pkg/config"
 	"github.com/nri-sysctl/nri-sysctl/pkg/connlimit"
+	"github.com/nri-sysctl/nri-sysctl/pkg/converge"
 	"github.com/nri-sysctl/nri-sysctl/pkg/outcome"
 	"github.com/nri-sysctl/nri-sysctl/pkg/podsysctl"
 	"github.com/nri-sysctl/nri-sysctl/pkg/policy"
@@ -49,7 +51,7 @@ type metrics struct {
 
 	// convergedPods and convergedKeys count convergence (converge.go).
 	convergedPods prometheus.Counter
-	convergedKeys map[string]prometheus.Counter // by convergeResults
+	convergedKeys [converge.KeyResultCount]prometheus.Counter
 
 	reloadsSucceeded    prometheus.Counter
 	reloadsFailed       prometheus.Counter
@@ -130,11 +132,10 @@ func newMetrics(info configInForce) *metrics {
 	})
 	convergedKeys := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nri_sysctl_converge_keys_total",
-		Help: "Keys of running pods a convergence acted on, by result: written, restored, left_to_other (another writer changed it), cannot_converge, failed.",
+		Help: "Keys of running pods a convergence acted on, by result: " + convergeKeyResultsHelp() + ".",
 	}, []string{"result"})
-	m.convergedKeys = make(map[string]prometheus.Counter, len(convergeResults))
-	for _, r := range convergeResults {
-		m.convergedKeys[r] = convergedKeys.WithLabelValues(r)
+	for r := range converge.KeyResult(converge.KeyResultCount) {
+		m.convergedKeys[r] = convergedKeys.WithLabelValues(r.String())
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nri_sysctl_config_reloads_total",
@@ -198,10 +199,10 @@ func (m *metrics) profilesDecided(d policy.Decision) {
 	if m == nil {
 		return
 	}
-	if d.ProfilesRefused != "" {
+	if d.ProfilesRefused() != "" {
 		m.profiles[policy.ProfileRefused].Inc()
 	}
-	for _, r := range d.Profiles {
+	for _, r := range d.Profiles() {
 		if c := m.profiles[r.Result]; c != nil {
 			c.Inc()
 		}
@@ -268,11 +269,17 @@ func (m *metrics) namespaceWritten(tried, failed int) {
 	m.namespaceWriteFailures.Add(float64(failed))
 }
 
-// convergeResults are the results nri_sysctl_converge_keys_total counts.
-var convergeResults = []string{"written", "restored", "left_to_other", "cannot_converge", "failed"}
+// convergeKeyResultsHelp lists each result's label and what it says.
+func convergeKeyResultsHelp() string {
+	var parts []string
+	for r := range converge.KeyResult(converge.KeyResultCount) {
+		parts = append(parts, r.String()+" ("+r.Says()+")")
+	}
+	return strings.Join(parts, ", ")
+}
 
 // convergeKeys counts n keys of running pods with result.
-func (m *metrics) convergeKeys(result string, n int) {
+func (m *metrics) convergeKeys(result converge.KeyResult, n int) {
 	if m == nil || n == 0 {
 		return
 	}

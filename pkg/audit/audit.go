@@ -172,7 +172,7 @@ func judge(in auditInput) verdict {
 			return verdict{cannotTell: true, why: "cannot tell: the pod's process exited while audit read it: " + strings.Join(gone, "; ")}
 		}
 		if len(other) > 0 {
-			return verdict{ok: true, leftToOther: other, why: fmt.Sprintf("live values match (%d key(s)), but for %d left to another writer: %s", len(d.Apply)-len(other), len(other), strings.Join(other, "; "))}
+			return verdict{ok: true, leftToOther: other, why: fmt.Sprintf("live values match (%d key(s)), but for %d %s: %s", len(d.Apply)-len(other), len(other), converge.KeyLeftToOther.Says(), strings.Join(other, "; "))}
 		}
 		return verdict{ok: true, why: fmt.Sprintf("live values match (%d key(s))", len(d.Apply))}
 	}
@@ -396,7 +396,7 @@ func Print(w io.Writer, lines []Line) int {
 		}
 	}
 	if len(other) > 0 {
-		fmt.Fprintf(w, "keys left to another writer (ok*: the plugin does not overwrite a value set after its own):\n")
+		fmt.Fprintf(w, "keys %s (ok*: the plugin does not overwrite a value set after its own):\n", converge.KeyLeftToOther.Says())
 		for _, l := range other {
 			fmt.Fprintf(w, "  %s/%s container %s (%s): %s\n", l.c.pod.namespace, l.c.pod.name, l.c.name, l.c.id, strings.Join(l.verdict.leftToOther, "; "))
 		}

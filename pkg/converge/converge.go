@@ -88,9 +88,60 @@ const (
 	CannotConverge
 )
 
-var actionNames = [...]string{Keep: "keep", Write: "write", Restore: "restore", LeaveToOther: "left to another writer", CannotConverge: "cannot converge"}
+var actionNames = [...]string{Keep: "keep", Write: "write", Restore: "restore", LeaveToOther: "leave to another writer", CannotConverge: "cannot converge"}
 
 func (a Action) String() string { return actionNames[a] }
+
+// Result is what an action, or a failed write, did to the key:
+// ok is false for Keep, which does nothing.
+func (a Action) Result() (r KeyResult, ok bool) {
+	switch a {
+	case Write:
+		return KeyWritten, true
+	case Restore:
+		return KeyRestored, true
+	case LeaveToOther:
+		return KeyLeftToOther, true
+	case CannotConverge:
+		return KeyCannotConverge, true
+	}
+	return 0, false
+}
+
+// KeyResult is what a convergence did with one key of a running pod: the
+// one table the metric nri_sysctl_converge_keys_total, the plugin's log
+// and audit name them from.
+type KeyResult uint8
+
+const (
+	KeyWritten KeyResult = iota
+	KeyRestored
+	KeyLeftToOther
+	KeyCannotConverge
+	KeyFailed
+
+	// KeyResultCount is the number of results; each is below it.
+	KeyResultCount = iota
+)
+
+var keyResults = [KeyResultCount]struct {
+	// label is the metric's label value.
+	label string
+	// says is what the log and audit say of the key.
+	says string
+}{
+	KeyWritten:        {label: "written", says: "set to the config's value"},
+	KeyRestored:       {label: "restored", says: "put back to its value before the plugin's first write"},
+	KeyLeftToOther:    {label: "left_to_other", says: "left to another writer"},
+	KeyCannotConverge: {label: "cannot_converge", says: "cannot converge"},
+	KeyFailed:         {label: "failed", says: "cannot converge the key in the running pod; trying again at the next convergence"},
+}
+
+// String is the metric's label value.
+func (r KeyResult) String() string { return keyResults[r].label }
+
+// Says is what the log and audit say of a key with this result.
+func (r KeyResult) Says() string { return keyResults[r].says }
 
 // Step is the decision for one key.
 type Step struct {

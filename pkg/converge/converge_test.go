@@ -265,6 +265,31 @@ func TestActionNames(t *testing.T) {
 	}
 }
 
+// Every result has a label of its own (a metric label) and words for the
+// log; every action but Keep has a result, and no two the same.
+func TestKeyResults(t *testing.T) {
+	labels := map[string]bool{}
+	for r := range KeyResult(KeyResultCount) {
+		if r.String() == "" || r.Says() == "" || labels[r.String()] {
+			t.Errorf("result %d: label %q, says %q (a label empty or repeated)", r, r.String(), r.Says())
+		}
+		labels[r.String()] = true
+	}
+	seen := map[KeyResult]Action{}
+	for a := Keep; a <= CannotConverge; a++ {
+		r, ok := a.Result()
+		if ok == (a == Keep) {
+			t.Errorf("%s: has a result %v, want one for every action but keep", a, ok)
+		}
+		if prev, dup := seen[r]; ok && dup {
+			t.Errorf("%s and %s both give %s", prev, a, r)
+		}
+		if ok {
+			seen[r] = a
+		}
+	}
+}
+
 func withFresh(k Key, fresh string) Key {
 	k.Fresh, k.HasFresh = fresh, true
 	return k

@@ -92,8 +92,8 @@ func BenchmarkDecideProfile(b *testing.B) {
 	p := Compile(cfg, nil)
 	in := benchInput()
 	in.Pod.Annotations = map[string]string{config.ProfilesAnnotation: "fast,locked"}
-	if d := p.Decide(in); len(d.Apply) != 66 || len(d.Profiles) != 2 {
-		b.Fatalf("applied %d keys and %d profiles, want 66 and 2", len(d.Apply), len(d.Profiles))
+	if d := p.Decide(in); len(d.Apply) != 66 || len(d.Profiles()) != 2 {
+		b.Fatalf("applied %d keys and %d profiles, want 66 and 2", len(d.Apply), len(d.Profiles()))
 	}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -150,8 +150,8 @@ func BenchmarkDecideWorstPod(b *testing.B) {
 	}
 	worst := benchInput()
 	worst.Pod.Annotations = map[string]string{config.ProfilesAnnotation: strings.Join(names, ",")}
-	if d := p.Decide(worst); len(d.Profiles) != MaxProfilesAsked || d.ProfilesRefused != "" {
-		b.Fatalf("worst pod: %d profiles, refused %q", len(d.Profiles), d.ProfilesRefused)
+	if d := p.Decide(worst); len(d.Profiles()) != MaxProfilesAsked || d.ProfilesRefused() != "" {
+		b.Fatalf("worst pod: %d profiles, refused %q", len(d.Profiles()), d.ProfilesRefused())
 	}
 	for _, c := range []struct {
 		name string

@@ -59,13 +59,13 @@ func explainProfiles(d Decision, pod Pod) string {
 		return "profiles: none asked for (" + config.ProfilesAnnotation + ")"
 	case d.Excluded != "":
 		return "profiles: not applied (the pod is excluded)"
-	case d.ProfilesRefused != "":
-		return "profiles: refused (" + d.ProfilesRefused + "); the pod gets the defaults and rules without profiles"
-	case len(d.Profiles) == 0:
+	case d.ProfilesRefused() != "":
+		return "profiles: refused (" + d.ProfilesRefused() + "); the pod gets the defaults and rules without profiles"
+	case len(d.ProfilesAsked) == 0:
 		return "profiles: none asked for (" + config.ProfilesAnnotation + " names none)"
 	}
-	parts := make([]string, len(d.Profiles))
-	for i, r := range d.Profiles {
+	parts := make([]string, len(d.ProfilesAsked))
+	for i, r := range d.Profiles() {
 		parts[i] = r.Name + " applied"
 		if r.Result != ProfileApplied {
 			parts[i] = r.Name + " skipped (" + r.Reason + ")"

@@ -42,13 +42,13 @@ func FuzzDecide(f *testing.F) {
 			in.Pod.Annotations[config.ProfilesAnnotation] = profiles
 		}
 		d := p.Decide(in)
-		if d.Excluded != "" && (len(d.Apply) != 0 || len(d.Skipped) != 0 || len(d.Profiles) != 0) {
+		if d.Excluded != "" && (len(d.Apply) != 0 || len(d.Skipped) != 0 || len(d.ProfilesAsked) != 0) {
 			t.Fatalf("excluded pod got %v", d)
 		}
 		seen := map[string]bool{}
-		for _, r := range d.Profiles {
+		for _, r := range d.Profiles() {
 			if seen[r.Name] {
-				t.Fatalf("profile %s reported twice: %v", r.Name, d.Profiles)
+				t.Fatalf("profile %s reported twice: %v", r.Name, d.Profiles())
 			}
 			seen[r.Name] = true
 			i := slices.IndexFunc(cfg.Profiles, func(pr config.Profile) bool { return pr.Name == r.Name })

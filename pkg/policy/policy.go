@@ -89,12 +89,40 @@ type Decision struct {
 	Excluded string
 	Apply    []sysctl.Sysctl
 	Skipped  []Skipped
-	// Profiles is what became of each profile the pod asked for, in the
-	// annotation's order, each name once.
-	Profiles []ProfileResult
-	// ProfilesRefused says why no profile was taken from an annotation
-	// over a bound (askedProfiles); the pod still gets defaults and rules.
-	ProfilesRefused string
+	// ProfilesAsked are the profiles the pod asked for, in the
+	// annotation's order, each name once. What became of each is in
+	// Skipped alone (Profiles reads it from there).
+	ProfilesAsked []string
+}
+
+// Profiles is what became of each profile the pod asked for, in the
+// annotation's order: applied, unless Skipped holds it.
+func (d Decision) Profiles() []ProfileResult {
+	if len(d.ProfilesAsked) == 0 {
+		return nil
+	}
+	out := make([]ProfileResult, len(d.ProfilesAsked))
+	for i, name := range d.ProfilesAsked {
+		out[i] = ProfileResult{Name: name, Result: ProfileApplied}
+		for _, s := range d.Skipped {
+			if s.Code.Profile() && strings.HasPrefix(s.Key, ProfileKeyPrefix) && s.Key[len(ProfileKeyPrefix):] == name {
+				out[i].Result, out[i].Reason = s.Code.ProfileOutcome(), s.Reason
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ProfilesRefused says why no profile was taken from an annotation over a
+// bound (askedProfiles), or "": the pod still gets defaults and rules.
+func (d Decision) ProfilesRefused() string {
+	for _, s := range d.Skipped {
+		if s.Code == SkipProfilesRefused {
+			return s.Reason
+		}
+	}
+	return ""
 }
 
 // ProfileResult is what became of one profile a pod asked for.
@@ -110,6 +138,7 @@ type ProfileOutcome string
 
 // The results: given, left out by its allow lists, or not in the config;
 // refused counts a whole annotation over a bound (Decision.ProfilesRefused).
+// Each but applied is the skip code's (skipCodes).
 const (
 	ProfileApplied    ProfileOutcome = "applied"
 	ProfileNotAllowed ProfileOutcome = "not_allowed"
@@ -315,18 +344,17 @@ const (
 )
 
 // applyProfiles layers the profiles the pod asked for over values, in the
-// annotation's order, and records in d what became of each (a profile not
-// applied is also a Skipped, for the container's annotation). It returns
+// annotation's order, and records in d the names asked and, for a profile
+// not applied, its Skipped (which the container's annotation shows). It returns
 // how many keys got a value they did not have. Its work is bounded by
 // MaxProfilesAnnotationBytes whatever the pod carries.
 func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decision) (added int) {
 	names, refusal := askedProfiles(asked)
 	if refusal != "" {
-		skip := SkipProfilesRefused.Skip(config.ProfilesAnnotation, refusal)
-		d.ProfilesRefused = skip.Reason
-		d.Skipped = append(d.Skipped, skip)
+		d.Skipped = append(d.Skipped, SkipProfilesRefused.Skip(config.ProfilesAnnotation, refusal))
 		return 0
 	}
+	d.ProfilesAsked = names
 	for _, name := range names {
 		pr, known := p.profiles[name]
 		var skip *Skipped
@@ -339,15 +367,9 @@ func (p *Policy) applyProfiles(asked string, pod Pod, values []string, d *Decisi
 			skip = ptr(SkipProfileNotAllowed.Skip(ProfileKeyPrefix+name, " for runtime handler "+quoteEmpty(pod.RuntimeHandler)))
 		}
 		if skip != nil {
-			result := ProfileNotAllowed
-			if skip.Code == SkipProfileUnknown {
-				result = ProfileUnknown
-			}
-			d.Profiles = append(d.Profiles, ProfileResult{Name: name, Result: result, Reason: skip.Reason})
 			d.Skipped = append(d.Skipped, *skip)
 			continue
 		}
-		d.Profiles = append(d.Profiles, ProfileResult{Name: name, Result: ProfileApplied})
 		for _, s := range pr.set {
 			if values[s.idx] == "" {
 				added++

@@ -170,7 +170,7 @@ func TestDecideProfiles(t *testing.T) {
 			}
 			// A profile's result carries the reason of its skip.
 			var profiles []ProfileResult
-			for _, r := range d.Profiles {
+			for _, r := range d.Profiles() {
 				if want := tt.wantSkipped[ProfileKeyPrefix+r.Name]; r.Reason != want {
 					t.Errorf("profile %s: reason %q, want its skip's %q", r.Name, r.Reason, want)
 				}
@@ -248,28 +248,28 @@ func TestProfilesAnnotationBounds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := p.Decide(Input{Pod: Pod{Namespace: "trading-a", Own: ownNormal, Annotations: map[string]string{config.ProfilesAnnotation: tt.asked}}})
-			if len(d.Profiles) != tt.wantProfiles {
-				t.Errorf("%d profile results, want %d", len(d.Profiles), tt.wantProfiles)
+			if len(d.Profiles()) != tt.wantProfiles {
+				t.Errorf("%d profile results, want %d", len(d.Profiles()), tt.wantProfiles)
 			}
 			got := applied(d)
 			if tt.wantRefused == "" {
-				if d.ProfilesRefused != "" {
-					t.Fatalf("refused: %s", d.ProfilesRefused)
+				if d.ProfilesRefused() != "" {
+					t.Fatalf("refused: %s", d.ProfilesRefused())
 				}
 				return
 			}
-			if !strings.Contains(d.ProfilesRefused, tt.wantRefused) {
-				t.Errorf("refusal %q does not say %q", d.ProfilesRefused, tt.wantRefused)
+			if !strings.Contains(d.ProfilesRefused(), tt.wantRefused) {
+				t.Errorf("refusal %q does not say %q", d.ProfilesRefused(), tt.wantRefused)
 			}
 			// The defaults and the rule, no profile.
 			if want := map[string]string{"net.core.somaxconn": "256", "net.ipv4.tcp_fin_timeout": "60", "net.ipv4.tcp_keepalive_time": "900"}; !reflect.DeepEqual(got, want) {
 				t.Errorf("applied = %v, want %v", got, want)
 			}
-			if len(d.Skipped) != 1 || d.Skipped[0].Key != config.ProfilesAnnotation || d.Skipped[0].Code != SkipProfilesRefused || d.Skipped[0].Reason != d.ProfilesRefused {
+			if len(d.Skipped) != 1 || d.Skipped[0].Key != config.ProfilesAnnotation || d.Skipped[0].Code != SkipProfilesRefused || d.Skipped[0].Reason != d.ProfilesRefused() {
 				t.Errorf("skipped = %+v, want one %s skip for the annotation", d.Skipped, SkipProfilesRefused.Label())
 			}
-			if len(d.ProfilesRefused) > 200 {
-				t.Errorf("the reason is %d bytes: it must not carry the pod's text", len(d.ProfilesRefused))
+			if len(d.ProfilesRefused()) > 200 {
+				t.Errorf("the reason is %d bytes: it must not carry the pod's text", len(d.ProfilesRefused()))
 			}
 		})
 	}

@@ -42,18 +42,22 @@ const (
 )
 
 // skipCodes gives each code its metric label and its reason's text,
-// stable for logs and tests. A skip is made only through Skip, so that
+// stable for logs and tests, and a profile's skip its result in
+// nri_sysctl_profiles_total. A skip is made only through Skip, so that
 // code and text go together.
-var skipCodes = [NumSkipCodes]struct{ label, text string }{
-	SkipHostNamespace:     {"host_namespace", "pod shares the host's namespace"},
-	SkipPodOwn:            {"pod_own", "pod sets it itself"},
-	SkipExisting:          {"existing", "already set on the container (runtime or another plugin)"},
-	SkipUserNamespace:     {"user_namespace", "cannot be set in the pod's user namespace"},
-	SkipWriteFailed:       {"write_failed", "write failed"},
-	SkipConvergence:       {"convergence", "left to convergence: the pod was running before the container"},
-	SkipProfileUnknown:    {"profile_unknown", "no such profile"},
-	SkipProfileNotAllowed: {"profile_not_allowed", "not allowed"},
-	SkipProfilesRefused:   {"profiles_refused", "no profile applied: the annotation"},
+var skipCodes = [NumSkipCodes]struct {
+	label, text string
+	profile     ProfileOutcome
+}{
+	SkipHostNamespace:     {label: "host_namespace", text: "pod shares the host's namespace"},
+	SkipPodOwn:            {label: "pod_own", text: "pod sets it itself"},
+	SkipExisting:          {label: "existing", text: "already set on the container (runtime or another plugin)"},
+	SkipUserNamespace:     {label: "user_namespace", text: "cannot be set in the pod's user namespace"},
+	SkipWriteFailed:       {label: "write_failed", text: "write failed"},
+	SkipConvergence:       {label: "convergence", text: "left to convergence: the pod was running before the container"},
+	SkipProfileUnknown:    {label: "profile_unknown", text: "no such profile", profile: ProfileUnknown},
+	SkipProfileNotAllowed: {label: "profile_not_allowed", text: "not allowed", profile: ProfileNotAllowed},
+	SkipProfilesRefused:   {label: "profiles_refused", text: "no profile applied: the annotation", profile: ProfileRefused},
 }
 
 // Skip is key skipped for this code; its reason is the code's text, then
@@ -64,9 +68,11 @@ func (c SkipCode) Skip(key, detail string) Skipped {
 
 // Profile tells whether the code is about a profile, not a sysctl: such a
 // skip is counted by nri_sysctl_profiles_total, not with the sysctls.
-func (c SkipCode) Profile() bool {
-	return c == SkipProfileUnknown || c == SkipProfileNotAllowed || c == SkipProfilesRefused
-}
+func (c SkipCode) Profile() bool { return skipCodes[c].profile != "" }
+
+// ProfileOutcome is a profile's skip as a result of
+// nri_sysctl_profiles_total; "" for a sysctl's.
+func (c SkipCode) ProfileOutcome() ProfileOutcome { return skipCodes[c].profile }
 
 // Label names the code in metrics (nri_sysctl_sysctls_skipped_total{reason}).
 func (c SkipCode) Label() string { return skipCodes[c].label }
