@@ -280,7 +280,7 @@ newer-patches:
 
 ## setup: install what the end-to-end tests need (apt packages, containerd, crictl, helm).
 setup:
-	test/setup.sh $(E2E_CONTAINERD_VERSIONS)
+	test/setup.sh $(E2E_CONTAINERD_VERSIONS) $(E2E_NRI_PREVIEW)
 
 ## e2e: end-to-end tests against a real containerd (root): every case on
 ## E2E_FULL_VERSIONS (the newest line of each mode: 2.4.2 spec, 2.2.9
@@ -291,10 +291,19 @@ setup:
 ## E2E_JOBS=2 (the default) runs the FULL lines and the others as two
 ## streams at once, E2E_JOBS=1 one line after another (test/e2e.sh says why).
 E2E_FULL_VERSIONS ?= v2.4.2 v2.2.10
-E2E_LINE_CASES = ^(TestHarness|TestVendoredNRIMatchesTheDocs|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass|TestConvergeStoppedPodWritesNothing|TestConvergeListAcrossRestarts|TestConvergeFirstWriteKeepsAnEarlierWriter|TestNextContainerKeepsAnotherWritersValue)$$
+E2E_LINE_CASES = ^(TestHarness|TestVendoredNRIMatchesTheDocs|TestFailurePolicyOnAStalledPlugin|TestNodeDefaults|TestAutoModeKeepsContainerdRunning|TestForcedSpecModeRefusedWhereItCrashes|TestSpecModeIsDroppedByOldContainerd|TestServicePreinstalled|TestServiceContainerdRestart|TestServiceFailClosed|TestPluginStoppedMidRequestFailClosed|TestPluginStoppedBetweenRequestsFailClosed|TestProfilesAnnotationAttack|TestPodStartedWhilePluginDownIsHealed|TestPluginKilledDuringBurst|TestKeyFromLowerIndexPluginIsKept|TestUserNamespacePod|TestUserNamespacePodStartsWithEveryKeyClass|TestConvergeStoppedPodWritesNothing|TestConvergeListAcrossRestarts|TestConvergeFirstWriteKeepsAnEarlierWriter|TestNextContainerKeepsAnotherWritersValue)$$
 E2E_JOBS ?= 2
+## E2E_NRI_PREVIEW: a release built with a newer NRI than it vendors (not
+## a release: what a later one will vendor), for E2E_NRI_PREVIEW_CASES,
+## which need that NRI; empty skips it.
+E2E_NRI_PREVIEW ?= v2.4.2+nri.v0.12.5
+E2E_NRI_PREVIEW_CASES = ^(TestHarness|TestVendoredNRIMatchesTheDocs|TestFailurePolicyOnAStalledPlugin)$$
 e2e: build
 	GO='$(GO)' E2E_JOBS='$(E2E_JOBS)' test/e2e.sh '$(E2E_CONTAINERD_VERSIONS)' '$(E2E_FULL_VERSIONS)' '$(E2E_LINE_CASES)'
+	@if [ -n '$(E2E_NRI_PREVIEW)' ]; then \
+		echo "=== end-to-end tests against containerd $(E2E_NRI_PREVIEW) (not a release): $(E2E_NRI_PREVIEW_CASES)"; \
+		NRI_SYSCTL_CONTAINERD_VERSION='$(E2E_NRI_PREVIEW)' $(GO) test -count=1 -timeout 10m -v -run '$(E2E_NRI_PREVIEW_CASES)' ./test/e2e/; \
+	fi
 
 ## e2e-k8s: the chart on Kubernetes v1.37.2 (etcd, API server, controller
 ## manager, scheduler, kubelets; built by test/setup.sh --k8s); the image

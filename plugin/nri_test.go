@@ -273,11 +273,11 @@ func newNRIPlugin(t *testing.T, override runtimemode.Mode, cfgText string, f pod
 
 // serve connects the plugin to the runtime through serveOnce, in the
 // background, until stop.
-func (h *nriPlugin) serve(t *testing.T, rt *nriRuntime) {
+func (h *nriPlugin) serve(t *testing.T, rt *nriRuntime, extra ...stub.Option) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
-	opts := []stub.Option{stub.WithSocketPath(rt.socket), stub.WithPluginName("sysctl"), stub.WithPluginIdx("90")}
+	opts := append([]stub.Option{stub.WithSocketPath(rt.socket), stub.WithPluginName("sysctl"), stub.WithPluginIdx("90")}, extra...)
 	go func() {
 		defer close(h.done)
 		h.registered, h.err = serveOnce(ctx, h.p, opts)

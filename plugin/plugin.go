@@ -47,6 +47,7 @@ func (p *plugin) Configure(_ context.Context, text, runtimeName, runtimeVersion 
 		p.log.WithError(err).Error("refusing to register")
 		return 0, err
 	}
+	p.declareFailurePolicy(rt)
 	p.meter.Load().connected(true)
 	return api.MustParseEventMask("RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox", "RemovePodSandbox"), nil
 }

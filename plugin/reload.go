@@ -60,6 +60,7 @@ func (p *plugin) applyProbed(cfg *config.Config, probed userNamespaceProbed) err
 		beforeConfigStore()
 	}
 	p.current.Store(next)
+	p.failurePolicyChanged(cfg)
 	p.kickConvergence()
 	logInheritance(p.log, prev.cfg, cfg)
 	logUnboundedProfiles(p.log, cfg)

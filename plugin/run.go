@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -165,11 +166,12 @@ func dialNRI(path string) (net.Conn, error) {
 // serveOnce registers with NRI and serves until the connection ends, or
 // until ctx ends and the plugin has left (leave).
 func serveOnce(ctx context.Context, p *plugin, opts []stub.Option) (registered bool, err error) {
-	s, err := stub.New(p, opts...)
+	failurePolicy := &api.FailurePolicy{}
+	s, err := stub.New(p, append(slices.Clip(opts), stub.WithFailurePolicy(failurePolicy))...)
 	if err != nil {
 		return false, fmt.Errorf("creating NRI stub: %w", err)
 	}
-	p.setStub(s)
+	p.setStub(s, failurePolicy)
 	// Configure marked the plugin registered (metrics.go); read the meter
 	// when the connection ends: Configure may have just started metrics.
 	defer func() { p.meter.Load().connected(false) }()

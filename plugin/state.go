@@ -181,10 +181,21 @@ type runtimeInfo interface {
 }
 
 // registration holds the stub of the connection now serving.
-type registration struct{ runtime runtimeInfo }
+type registration struct {
+	runtime runtimeInfo
+	// failurePolicy is what the stub sends in its Configure reply, read
+	// after Configure returns: Configure fills it (failurepolicy.go).
+	// nil where the connection sends none.
+	failurePolicy *api.FailurePolicy
+	// declared is the onMissedDeadline value the runtime was given.
+	declared atomic.Value
+}
 
-// setStub makes s the stub of the connection now serving.
-func (p *plugin) setStub(s runtimeInfo) { p.stub.Store(&registration{runtime: s}) }
+// setStub makes s the stub of the connection now serving, which sends
+// failurePolicy when it registers.
+func (p *plugin) setStub(s runtimeInfo, failurePolicy *api.FailurePolicy) {
+	p.stub.Store(&registration{runtime: s, failurePolicy: failurePolicy})
+}
 
 // noLookup serves until a config names a containerd.
 type noLookup struct{}

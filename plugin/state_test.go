@@ -72,7 +72,7 @@ func TestStubSwapDuringDeadlines(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 200 {
-			p.setStub(fixedRuntime(time.Duration(i+1) * time.Second))
+			p.setStub(fixedRuntime(time.Duration(i+1)*time.Second), nil)
 		}
 	}()
 	for range 200 {

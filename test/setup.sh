@@ -134,14 +134,20 @@ have_containerd() {
 }
 
 # build_containerd VERSION: build the three binaries into a temporary dir and
-# move them into place only when all three are built.
+# move them into place only when all three are built. VERSION+nri.vX.Y.Z
+# builds that release with a newer NRI (a throwaway module requiring it:
+# not a release, for what a later release will vendor).
 build_containerd() {
-	local v=$1 bin="$CACHE/containerd-$1/bin" tmp cmd mod
+	local v=$1 bin="$CACHE/containerd-$1/bin" tmp cmd mod nri=""
+	if [[ $v == *+nri.* ]]; then
+		nri=${v#*+nri.}
+		v=${v%%+nri.*}
+	fi
 	mkdir -p "$bin"
-	tmp=$(mktemp -d "$CACHE/.build-containerd-$v.XXXXXX")
+	tmp=$(mktemp -d "$CACHE/.build-containerd-$1.XXXXXX")
 	TMPDIRS+=("$tmp")
 
-	if version_ge "$v" v2.2.0; then
+	if [[ -z $nri ]] && version_ge "$v" v2.2.0; then
 		# containerd >= 2.2 has no exclude/replace directives: go install works.
 		GOBIN="$tmp/out" go install -tags "$BUILD_TAGS" -ldflags "$STRIP" \
 			"github.com/containerd/containerd/v2/cmd/containerd@$v" \
@@ -161,6 +167,9 @@ build_containerd() {
 		(
 			cd "$tmp/mod"
 			go get "$mod/cmd/containerd@$v" "$mod/cmd/containerd-shim-runc-v2@$v" "$mod/cmd/ctr@$v" </dev/null
+			if [[ -n $nri ]]; then
+				go get "github.com/containerd/nri@$nri" </dev/null
+			fi
 			# One build for the three commands: with -o DIR/ go writes each
 			# main package to DIR/<name>.
 			go build -tags "$BUILD_TAGS" -ldflags "$STRIP" -o "$tmp/out/" \

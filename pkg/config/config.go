@@ -100,6 +100,13 @@ type Config struct {
 	// looked up, or decided for, within the runtime's deadline:
 	// OnLookupErrorSkip (the default) or OnLookupErrorFail.
 	OnLookupError string
+	// OnMissedDeadline is the failure policy the plugin declares to the
+	// runtime when it registers (NRI >= v0.12.4 honours it): proceed
+	// (OnMissedDeadlineProceed, the default: a request the plugin did not
+	// answer in time goes on without it, and the runtime drops the
+	// plugin) or refuse (OnMissedDeadlineRefuse: the request fails and
+	// the plugin stays registered).
+	OnMissedDeadline string
 	// RunningPods says whether pods already running are brought to each
 	// config put in force (RunningPodsConverge, the default) or keep what
 	// they were created with (RunningPodsKeep).
@@ -164,6 +171,13 @@ const (
 	// refuses it, so that the kubelet retries it.
 	OnLookupErrorSkip = "skip"
 	OnLookupErrorFail = "fail"
+
+	// OnMissedDeadlineProceed is NRI's own behaviour: a request the plugin
+	// missed the deadline of proceeds without it, and the plugin is
+	// dropped. OnMissedDeadlineRefuse declares fail_request and
+	// keep_connected.
+	OnMissedDeadlineProceed = "proceed"
+	OnMissedDeadlineRefuse  = "refuse"
 
 	// RunningPodsConverge writes each config put in force into the
 	// namespaces of the pods already running; RunningPodsKeep leaves them
@@ -293,7 +307,7 @@ func TextSHA256(text []byte) string {
 
 // Parse validates config text; source names it in messages.
 func Parse(source string, data []byte, check KernelChecker) (*Config, error) {
-	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, RunningPods: RunningPodsConverge, UserNamespaceRefused: RefusedSkip}}
+	p := &parser{file: source, cfg: &Config{Source: source, Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, OnMissedDeadline: OnMissedDeadlineProceed, RunningPods: RunningPodsConverge, UserNamespaceRefused: RefusedSkip}}
 	p.cfg.TextSHA256 = TextSHA256(data)
 	parsed := p.parse(data)
 	// Probe even when other problems were found, so that one run lists
@@ -364,6 +378,9 @@ func (p *parser) parse(data []byte) bool {
 		},
 		"onLookupError": func(k, v *yaml.Node) {
 			p.cfg.OnLookupError = p.oneOf(v, "onLookupError", OnLookupErrorSkip, OnLookupErrorFail)
+		},
+		"onMissedDeadline": func(k, v *yaml.Node) {
+			p.cfg.OnMissedDeadline = p.oneOf(v, "onMissedDeadline", OnMissedDeadlineProceed, OnMissedDeadlineRefuse)
 		},
 		"runningPods": func(k, v *yaml.Node) {
 			p.cfg.RunningPods = p.oneOf(v, "runningPods", RunningPodsConverge, RunningPodsKeep)

@@ -23,7 +23,7 @@ import (
 )
 
 const (
-	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, onLookupError, profiles, rules, runningPods, sysctls, userNamespaceRefused"
+	known      = "known fields here: containerdAddress, containerdNamespace, exclude, inheritFromHost, metricsAddress, mode, onError, onLookupError, onMissedDeadline, profiles, rules, runningPods, sysctls, userNamespaceRefused"
 	knownRule  = "known fields here: match, name, sysctls"
 	knownMatch = "known fields here: annotations, labels, namespaces, runtimeHandlers"
 	badName    = "want lower-case segments of [a-z0-9_-] separated by '.' (or '/'), with no empty segment"
@@ -344,6 +344,11 @@ func TestParseBroken(t *testing.T) {
 			want: []string{`f.yaml:1: onLookupError: "warn" is not one of: skip, fail`},
 		},
 		{
+			name: "onMissedDeadline bogus",
+			data: "onMissedDeadline: fail\n",
+			want: []string{`f.yaml:1: onMissedDeadline: "fail" is not one of: proceed, refuse`},
+		},
+		{
 			name: "runningPods bogus",
 			data: "runningPods: always\n",
 			want: []string{`f.yaml:1: runningPods: "always" is not one of: converge, keep`},
@@ -445,7 +450,7 @@ func TestParseNoOp(t *testing.T) {
 			t.Errorf("Parse(%q): %v", data, err)
 			continue
 		}
-		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, RunningPods: RunningPodsConverge, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
+		want := &Config{Source: "f.yaml", Mode: runtimemode.Auto, OnError: OnErrorFail, OnLookupError: OnLookupErrorSkip, OnMissedDeadline: OnMissedDeadlineProceed, RunningPods: RunningPodsConverge, UserNamespaceRefused: RefusedSkip, TextSHA256: textDigest(data)}
 		// Present-but-empty fields may give empty, non-nil values.
 		if len(cfg.Sysctls) == 0 {
 			cfg.Sysctls = nil
@@ -540,6 +545,7 @@ func TestParseValid(t *testing.T) {
 		Mode:                 runtimemode.Namespace,
 		OnError:              OnErrorWarn,
 		OnLookupError:        OnLookupErrorSkip,
+		OnMissedDeadline:     OnMissedDeadlineProceed,
 		RunningPods:          RunningPodsConverge,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(data),
@@ -584,6 +590,21 @@ func TestParseModes(t *testing.T) {
 	}
 }
 
+// onMissedDeadline is its own key: onError's and onLookupError's fail do
+// not set it.
+func TestParseOnMissedDeadline(t *testing.T) {
+	for data, want := range map[string]string{
+		"":                                     OnMissedDeadlineProceed,
+		"onMissedDeadline: refuse\n":           OnMissedDeadlineRefuse,
+		"onMissedDeadline: proceed\n":          OnMissedDeadlineProceed,
+		"onError: fail\nonLookupError: fail\n": OnMissedDeadlineProceed,
+	} {
+		if got := mustParse(t, data, nil).OnMissedDeadline; got != want {
+			t.Errorf("Parse(%q): onMissedDeadline %q, want %q", data, got, want)
+		}
+	}
+}
+
 func TestLoadExample(t *testing.T) {
 	cfg, err := Load("../../config/config.yaml", nil)
 	if err != nil {
@@ -600,6 +621,7 @@ func TestLoadExample(t *testing.T) {
 		Mode:                 runtimemode.Auto,
 		OnError:              OnErrorFail,
 		OnLookupError:        OnLookupErrorSkip,
+		OnMissedDeadline:     OnMissedDeadlineProceed,
 		RunningPods:          RunningPodsConverge,
 		UserNamespaceRefused: RefusedSkip,
 		TextSHA256:           textDigest(string(readTestFile(t, "../../config/config.yaml"))),

@@ -116,6 +116,17 @@ var vendoredNRI = map[string][]runtimeLine{
 	},
 }
 
+// nriFirstFailurePolicy is the first NRI whose runtime side honours the
+// failure policy a plugin declares in its Configure reply.
+var nriFirstFailurePolicy = version{0, 12, 4}
+
+// HonoursFailurePolicy tells whether the runtime's NRI honours a plugin's
+// declared failure policy; known is false when its NRI cannot be told.
+func HonoursFailurePolicy(rt Runtime) (honours, known bool) {
+	nri, _, known := nriOf(rt)
+	return known && nri.atLeast(nriFirstFailurePolicy), known
+}
+
 // nriOf is the NRI a runtime runs: reported, or from the release table.
 // known is false when neither tells.
 func nriOf(rt Runtime) (v version, source string, known bool) {
