@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
-	"github.com/nri-sysctl/nri-sysctl/pkg/config"
+	"github.com/nri-sysctl/nri-sysctl/test/fixture"
 )
 
 // stallableConn is the plugin's end of its NRI connection. While stalled,
@@ -119,12 +119,6 @@ func TestFailurePolicy(t *testing.T) {
 	}
 }
 
-// reportingRuntime is a runtime that reports its NRI version.
-type reportingRuntime string
-
-func (r reportingRuntime) RuntimeNRIVersion() string   { return string(r) }
-func (reportingRuntime) RequestTimeout() time.Duration { return 2 * time.Second }
-
 // A pre-installed plugin's config comes in Configure itself: the policy
 // sent in Configure's reply is that config's. A reload changes nothing
 // the runtime was told, and says so; the next registration declares it.
@@ -133,7 +127,7 @@ func TestFailurePolicyFromTheRuntimesConfig(t *testing.T) {
 	var logged bytes.Buffer
 	p.log.SetOutput(&logged)
 	policy := &api.FailurePolicy{}
-	p.setStub(reportingRuntime("v0.12.5"), policy)
+	p.setStub(fakeRuntime{nri: "v0.12.5", timeout: 2 * time.Second}, policy)
 	if _, err := p.Configure(context.Background(), testConfig+"onMissedDeadline: refuse\n", "containerd", "2.4.2"); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +138,9 @@ func TestFailurePolicyFromTheRuntimesConfig(t *testing.T) {
 		t.Errorf("log does not say the policy was declared to a runtime that honours it:\n%s", logged.String())
 	}
 
-	mustApply(t, p, testConfig+"onMissedDeadline: proceed\n")
+	if err := p.applyConfig(fixture.MustParse(t, testConfig+"onMissedDeadline: proceed\n")); err != nil {
+		t.Fatal(err)
+	}
 	if !policy.GetFailRequest() {
 		t.Error("a reload changed the policy already sent")
 	}
@@ -153,30 +149,21 @@ func TestFailurePolicyFromTheRuntimesConfig(t *testing.T) {
 	}
 
 	next := &api.FailurePolicy{}
-	p.setStub(reportingRuntime("v0.12.3"), next)
+	p.setStub(fakeRuntime{nri: "v0.12.3", timeout: 2 * time.Second}, next)
 	if _, err := p.Configure(context.Background(), "", "containerd", "2.4.2"); err != nil {
 		t.Fatal(err)
 	}
 	if next.GetFailRequest() || next.GetKeepConnected() {
 		t.Errorf("the next registration under onMissedDeadline: proceed declared %v", next)
 	}
-	mustApply(t, p, testConfig+"onMissedDeadline: refuse\n")
-	p.setStub(reportingRuntime("v0.12.3"), &api.FailurePolicy{})
+	if err := p.applyConfig(fixture.MustParse(t, testConfig+"onMissedDeadline: refuse\n")); err != nil {
+		t.Fatal(err)
+	}
+	p.setStub(fakeRuntime{nri: "v0.12.3", timeout: 2 * time.Second}, &api.FailurePolicy{})
 	if _, err := p.Configure(context.Background(), "", "containerd", "2.4.2"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logged.String(), "which this runtime's NRI ignores") {
 		t.Errorf("declared to NRI v0.12.3, the log does not say it is ignored:\n%s", logged.String())
-	}
-}
-
-func mustApply(t *testing.T, p *plugin, text string) {
-	t.Helper()
-	cfg, err := config.Parse("test config", []byte(text), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.applyConfig(cfg); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -57,11 +57,15 @@ func (blockingFetcher) Fetch(ctx context.Context, _ string) (podsysctl.PodSysctl
 	return podsysctl.PodSysctls{}, ctx.Err()
 }
 
-// fixedRuntime is a stub's view of the runtime with a fixed timeout.
-type fixedRuntime time.Duration
+// fakeRuntime is a stub's view of the runtime: the NRI version it
+// reports and its request timeout.
+type fakeRuntime struct {
+	nri     string
+	timeout time.Duration
+}
 
-func (fixedRuntime) RuntimeNRIVersion() string       { return "v0.12.3" }
-func (f fixedRuntime) RequestTimeout() time.Duration { return time.Duration(f) }
+func (f fakeRuntime) RuntimeNRIVersion() string     { return f.nri }
+func (f fakeRuntime) RequestTimeout() time.Duration { return f.timeout }
 
 // Every reconnection sets the stub anew while a prefetch of the
 // last connection may still read it for its deadline. Run under -race
@@ -72,7 +76,7 @@ func TestStubSwapDuringDeadlines(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 200 {
-			p.setStub(fixedRuntime(time.Duration(i+1)*time.Second), nil)
+			p.setStub(fakeRuntime{nri: "v0.12.3", timeout: time.Duration(i+1) * time.Second}, nil)
 		}
 	}()
 	for range 200 {
